@@ -1,0 +1,38 @@
+/** RFC 6750 §2.1: the Bearer token from the one Authorization header, or nothing. */
+import type { IncomingMessage } from 'node:http'
+import { InvalidRequest } from '../errors/oauth-errors.js'
+
+// token68 (RFC 7235 §2.1), which RFC 6750's b64token is.
+const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i
+const SCHEME = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)(?: |$)/
+
+/**
+ * Returns the token, `undefined` when the request carries no Bearer credentials (no header, or another
+ * scheme: RFC 6750 §3.1 treats both as "no authentication information"), or throws InvalidRequest.
+ */
+export function extractBearerToken(req: IncomingMessage, maxTokenSize: number): string | undefined {
+  const header = req.headers.authorization
+  if (header === undefined) return undefined
+  // Node keeps only the first Authorization header; the raw list shows a second one.
+  let count = 0
+  const raw = req.rawHeaders
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!
+    if (name.length === 13 && name.toLowerCase() === 'authorization') count++
+  }
+  if (count > 1) throw new InvalidRequest('more than one Authorization header')
+  const scheme = SCHEME.exec(header)
+  if (!scheme) throw new InvalidRequest('malformed Authorization header')
+  if (scheme[1]!.toLowerCase() !== 'bearer') return undefined
+  if (header.length > maxTokenSize + 16) throw new InvalidRequest('the access token is too large')
+  const match = BEARER.exec(header)
+  if (!match) throw new InvalidRequest('malformed Bearer credentials')
+  return match[1]
+}
+
+/** RFC 6750 §2.3: a token in the URI is refused outright; §3.1 names two tokens invalid_request. */
+export function rejectQueryToken(query: string): void {
+  if (query.length > 13 && query.includes('access_token') && new URLSearchParams(query).has('access_token')) {
+    throw new InvalidRequest('access tokens in the query string are not accepted; use the Authorization header')
+  }
+}

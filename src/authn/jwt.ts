@@ -1,0 +1,131 @@
+/**
+ * JWT access tokens of the configured issuers: the issuer is chosen by the token's `iss` (exact match),
+ * then jose verifies signature, algorithm allow-list, `aud`, `exp`/`nbf` with skew, `typ` and `crit`.
+ */
+import { decodeJwt, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type ProtectedHeaderParameters } from 'jose'
+import { pathToFileURL } from 'node:url'
+import type { FastifyBaseLogger } from 'fastify'
+import type { IssuerConfig, JwsAlgorithm } from '../config/schema.js'
+import { parseDuration } from '../config/units.js'
+import { InvalidToken, TemporarilyUnavailable } from '../errors/oauth-errors.js'
+import { KeySetUnavailable, RemoteKeySet } from './jwks.js'
+import { readScopes, type Principal } from './principal.js'
+
+/** The reason codes logged (and later counted) for a rejected JWT. */
+export type JwtRejection =
+  | 'malformed' | 'unknown_issuer' | 'expired' | 'not_yet_valid' | 'issued_in_future' | 'wrong_audience'
+  | 'wrong_typ' | 'missing_claim' | 'bad_claim' | 'bad_signature' | 'unknown_kid' | 'algorithm_not_allowed'
+  | 'crit_header' | 'bad_scope_claim'
+
+export const DEFAULT_ALGORITHMS: readonly JwsAlgorithm[] = ['RS256', 'ES256', 'EdDSA', 'PS256']
+
+class JwtIssuer {
+  readonly keySet: RemoteKeySet
+  private readonly algorithms: string[]
+  private readonly skewSeconds: number
+  constructor(readonly config: IssuerConfig, log: FastifyBaseLogger, private readonly now: () => number) {
+    this.algorithms = [...(config.algorithms ?? DEFAULT_ALGORITHMS)]
+    this.skewSeconds = parseDuration(config.clock_skew ?? '30s') / 1000
+    this.keySet = new RemoteKeySet({
+      issuer: config.issuer,
+      ...(config.jwks_uri !== undefined && { jwksUri: config.jwks_uri }),
+      ...(config.jwks_file !== undefined && { jwksUri: pathToFileURL(config.jwks_file).href }),
+      discovery: config.discovery ?? false,
+      cooldownMs: parseDuration(config.jwks_cooldown ?? '30s'),
+      maxAgeMs: parseDuration(config.jwks_max_age ?? '10m'),
+      fetchTimeoutMs: 5000,
+      now,
+      log,
+    })
+  }
+
+  async verify(token: string, header: ProtectedHeaderParameters): Promise<Principal> {
+    // RFC 7515 §4.1.11: we understand no extension, so any `crit` makes the token unacceptable.
+    if (header.crit !== undefined) throw new InvalidToken('crit_header')
+    const nowSeconds = Math.floor(this.now() / 1000)
+    let payload: JWTPayload
+    try {
+      ({ payload } = await jwtVerify(token, this.keySet.getKey, {
+        issuer: this.config.issuer,
+        audience: this.config.audience,
+        algorithms: this.algorithms,
+        clockTolerance: this.skewSeconds,
+        currentDate: new Date(nowSeconds * 1000),
+        requiredClaims: ['exp'],
+        ...(this.config.require_typ !== undefined && { typ: this.config.require_typ }),
+      }))
+    } catch (error) {
+      if (error instanceof KeySetUnavailable) throw new TemporarilyUnavailable(error.message, 5, error)
+      throw new InvalidToken(rejectionOf(error), error)
+    }
+    if (typeof payload.iat === 'number' && payload.iat > nowSeconds + this.skewSeconds) {
+      throw new InvalidToken('issued_in_future')
+    }
+    const scopes = readScopes(payload as Record<string, unknown>, this.config.scope_claim)
+    if (!scopes) throw new InvalidToken('bad_scope_claim')
+    const clientId = payload.client_id ?? payload.azp
+    return {
+      issuer: this.config.issuer,
+      subject: typeof payload.sub === 'string' ? payload.sub : undefined,
+      clientId: typeof clientId === 'string' ? clientId : undefined,
+      scopes,
+      expiresAt: payload.exp,
+      claims: payload,
+    }
+  }
+}
+
+function rejectionOf(error: unknown): JwtRejection {
+  if (error instanceof errors.JWTExpired) return 'expired'
+  if (error instanceof errors.JWTClaimValidationFailed) {
+    switch (error.claim) {
+      case 'nbf': return 'not_yet_valid'
+      case 'aud': return 'wrong_audience'
+      case 'iss': return 'unknown_issuer'
+      case 'typ': return 'wrong_typ'
+      default: return error.reason === 'missing' ? 'missing_claim' : 'bad_claim'
+    }
+  }
+  if (error instanceof errors.JWSSignatureVerificationFailed) return 'bad_signature'
+  if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys) return 'unknown_kid'
+  if (error instanceof errors.JOSEAlgNotAllowed || error instanceof errors.JOSENotSupported) return 'algorithm_not_allowed'
+  return 'malformed'
+}
+
+const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/
+
+/** Every configured JWT issuer, looked up by the token's (unverified) `iss`. */
+export class JwtAuthenticator {
+  private readonly issuers = new Map<string, JwtIssuer>()
+
+  constructor(configs: readonly IssuerConfig[], log: FastifyBaseLogger, now: () => number) {
+    for (const config of configs) this.issuers.set(config.issuer, new JwtIssuer(config, log, now))
+  }
+
+  /** Fetch every key set once in the background so the first request does not wait. */
+  prefetch(): void {
+    for (const issuer of this.issuers.values()) issuer.keySet.prefetch()
+  }
+
+  keySetOf(issuer: string): RemoteKeySet | undefined {
+    return this.issuers.get(issuer)?.keySet
+  }
+
+  static looksLikeJwt(token: string): boolean {
+    return COMPACT_JWS.test(token)
+  }
+
+  async authenticate(token: string): Promise<Principal> {
+    let iss: unknown
+    let header: ProtectedHeaderParameters
+    try {
+      iss = decodeJwt(token).iss
+      header = decodeProtectedHeader(token)
+    } catch (error) {
+      throw new InvalidToken('malformed', error)
+    }
+    const issuer = typeof iss === 'string' ? this.issuers.get(iss) : undefined
+    if (!issuer) throw new InvalidToken('unknown_issuer')
+    return issuer.verify(token, header)
+  }
+}

@@ -1,0 +1,84 @@
+/** What the schema cannot say: references, overlaps, combinations, files that must exist. */
+import { accessSync, constants } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import type { GatewayConfig } from './schema.js'
+import { compileRules, type RuleProblem } from '../rules/compile.js'
+
+export interface LintProblem extends RuleProblem {
+  atKey?: boolean
+}
+
+function readable(file: string): boolean {
+  try {
+    accessSync(file, constants.R_OK)
+    return true
+  } catch {
+    return false
+  }
+}
+
+export function lintConfig(config: GatewayConfig): LintProblem[] {
+  const problems: LintProblem[] = [...compileRules(config).problems]
+  const tls = config.server?.tls
+  if (tls) {
+    for (const key of ['cert_file', 'key_file'] as const) {
+      if (!readable(tls[key])) problems.push({ path: ['server', 'tls', key], message: `cannot read ${tls[key]}` })
+    }
+  }
+  for (const [name, upstream] of Object.entries(config.upstreams)) {
+    if (upstream.ca_file && !readable(upstream.ca_file)) {
+      problems.push({ path: ['upstreams', name, 'ca_file'], message: `cannot read ${upstream.ca_file}` })
+    }
+    if (upstream.ca_file && !upstream.url.startsWith('https://')) {
+      problems.push({ path: ['upstreams', name, 'ca_file'], message: 'ca_file needs an https:// url' })
+    }
+  }
+  const seen = new Map<string, number>()
+  ;(config.issuers ?? []).forEach((issuer, index) => {
+    const at = ['issuers', index]
+    if (seen.has(issuer.issuer)) problems.push({ path: [...at, 'issuer'], message: `duplicate issuer (also issuers[${seen.get(issuer.issuer)}])` })
+    seen.set(issuer.issuer, index)
+    if ([issuer.jwks_uri, issuer.jwks_file, issuer.discovery || undefined].filter((v) => v !== undefined).length !== 1) {
+      problems.push({ path: at, message: 'set exactly one of jwks_uri, jwks_file or discovery: true' })
+    }
+    if (issuer.jwks_file !== undefined && !readable(issuer.jwks_file)) {
+      problems.push({ path: [...at, 'jwks_file'], message: `cannot read ${issuer.jwks_file}` })
+    }
+    if (issuer.discovery && !/^https?:\/\//.test(issuer.issuer)) {
+      problems.push({ path: [...at, 'issuer'], message: 'discovery needs an http(s) issuer URL' })
+    }
+    if (issuer.jwks_uri?.startsWith('file://')) {
+      let file: string | undefined
+      try { file = fileURLToPath(issuer.jwks_uri) } catch { /* reported below */ }
+      if (!file || !readable(file)) problems.push({ path: [...at, 'jwks_uri'], message: `cannot read ${issuer.jwks_uri}` })
+    }
+  })
+  if (config.authorization_server?.enabled) {
+    problems.push({ path: ['authorization_server', 'enabled'], message: 'the embedded authorization server is not available in this version; set enabled: false' })
+  }
+  return problems
+}
+
+function isLoopbackHost(host: string): boolean {
+  const bare = host.replace(/^\[|\]$/g, '')
+  return bare === 'localhost' || bare === '::1' || /^127\./.test(bare)
+}
+
+/** Insecure but legal settings: logged at start and printed by `portcullis check`. */
+export function configWarnings(config: GatewayConfig): string[] {
+  const warnings: string[] = []
+  const listen = config.server?.listen ?? '127.0.0.1:8080'
+  const host = listen.slice(0, listen.lastIndexOf(':'))
+  if (!config.server?.tls && !isLoopbackHost(host)) {
+    warnings.push(`server.listen ${listen} is not loopback and server.tls is not set: tokens would cross the network in clear text`)
+  }
+  ;(config.issuers ?? []).forEach((issuer, index) => {
+    for (const key of ['issuer', 'jwks_uri'] as const) {
+      const value = issuer[key]
+      if (!value?.startsWith('http://')) continue
+      const url = new URL(value)
+      if (!isLoopbackHost(url.hostname)) warnings.push(`issuers[${index}].${key} uses http:// off loopback (${url.host}): keys or tokens can be tampered with in transit`)
+    }
+  })
+  return warnings
+}

@@ -1,0 +1,183 @@
+/**
+ * YAML text → validated, frozen {@link GatewayConfig}, or a {@link ConfigError} listing every problem with
+ * `file:line:col` and the dotted key.
+ */
+import { readFileSync } from 'node:fs'
+import path from 'node:path'
+import { Ajv, type ErrorObject } from 'ajv'
+import { LineCounter, parseDocument, isMap, isPair, isScalar, type Document } from 'yaml'
+import { GatewayConfigSchema, type GatewayConfig } from './schema.js'
+import { lintConfig } from './lint.js'
+
+export type ConfigPath = ReadonlyArray<string | number>
+
+export interface ConfigIssue {
+  line: number
+  col: number
+  path: string
+  message: string
+}
+
+/** Every problem found in one config file; `toString()` is what `portcullis check` prints. */
+export class ConfigError extends Error {
+  constructor(readonly fileName: string, readonly issues: ConfigIssue[]) {
+    super(issues.map((issue) => formatIssue(fileName, issue)).join('\n'))
+    this.name = 'ConfigError'
+  }
+}
+
+export function formatIssue(fileName: string, issue: ConfigIssue): string {
+  const key = issue.path === '' ? '' : `${issue.path}: `
+  return `${fileName}:${issue.line}:${issue.col}  ${key}${issue.message}`
+}
+
+/** `['routes', 2, 'scopes']` → `routes[2].scopes` */
+export function formatPath(configPath: ConfigPath): string {
+  let out = ''
+  for (const part of configPath) out += typeof part === 'number' ? `[${part}]` : out === '' ? part : `.${part}`
+  return out
+}
+
+const ajv = new Ajv({ allErrors: true, strict: false, allowUnionTypes: true })
+ajv.addKeyword({ keyword: 'x-message', schemaType: 'string' })
+const validateSchema = ajv.compile<GatewayConfig>(GatewayConfigSchema)
+
+/** Finds where a dotted path sits in the YAML document (the key itself with `atKey`). */
+export type Locate = (configPath: ConfigPath, atKey?: boolean) => { line: number; col: number }
+
+function makeLocator(doc: Document, lineCounter: LineCounter): Locate {
+  return (configPath, atKey = false) => {
+    let offset = 0
+    // Walk down as far as the path exists, so a missing key points at its parent.
+    for (let depth = configPath.length; depth >= 0; depth--) {
+      const prefix = configPath.slice(0, depth)
+      if (atKey && depth === configPath.length && depth > 0) {
+        const parent = prefix.length > 1 ? doc.getIn(prefix.slice(0, -1), true) : doc.contents
+        if (isMap(parent)) {
+          const pair = parent.items.find((item) => isPair(item) && isScalar(item.key) && item.key.value === prefix.at(-1))
+          const range = pair && isScalar(pair.key) ? pair.key.range : undefined
+          if (range) { offset = range[0]; break }
+        }
+        continue
+      }
+      const node = depth === 0 ? doc.contents : doc.getIn(prefix, true)
+      const range = (node as { range?: [number, number, number] } | null | undefined)?.range
+      if (range) { offset = range[0]; break }
+    }
+    const { line, col } = lineCounter.linePos(offset)
+    return { line, col }
+  }
+}
+
+/** Reads and loads a config file; relative paths in it resolve against its directory. */
+export function loadConfigFile(fileName: string, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  let text: string
+  try {
+    text = readFileSync(fileName, 'utf8')
+  } catch (error) {
+    throw new ConfigError(fileName, [{ line: 1, col: 1, path: '', message: `cannot read the file: ${(error as Error).message}` }])
+  }
+  return loadConfig(fileName, text, env)
+}
+
+/**
+ * Parses, substitutes `${VAR}`, validates against the schema, then checks what a schema cannot
+ * (references, route overlaps, pattern syntax). Throws one ConfigError holding every problem.
+ */
+export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  const lineCounter = new LineCounter()
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
+  if (doc.errors.length > 0) {
+    throw new ConfigError(fileName, doc.errors.map((error) => {
+      const { line, col } = lineCounter.linePos(error.pos[0])
+      return { line, col, path: '', message: error.message.split('\n')[0] ?? 'YAML syntax error' }
+    }))
+  }
+  const locate = makeLocator(doc, lineCounter)
+  const issue = (configPath: ConfigPath, message: string, atKey = false): ConfigIssue =>
+    ({ ...locate(configPath, atKey), path: formatPath(configPath), message })
+
+  const raw: unknown = doc.toJS({ maxAliasCount: 100 }) ?? {}
+  const issues: ConfigIssue[] = []
+  const value = substituteEnv(raw, [], env, (configPath, name) =>
+    issues.push(issue(configPath, `\${${name}} is not set`)))
+  if (issues.length > 0) throw new ConfigError(fileName, issues)
+
+  if (!validateSchema(value)) {
+    throw new ConfigError(fileName, (validateSchema.errors ?? []).map((error) => schemaIssue(error, issue)))
+  }
+  const config = resolvePaths(value, path.dirname(path.resolve(fileName)))
+  const problems = lintConfig(config)
+  if (problems.length > 0) {
+    throw new ConfigError(fileName, problems.map((problem) => issue(problem.path, problem.message, problem.atKey)))
+  }
+  return deepFreeze(config)
+}
+
+function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey?: boolean) => ConfigIssue): ConfigIssue {
+  const configPath: (string | number)[] = error.instancePath.split('/').slice(1)
+    .map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'))
+    .map((part) => (/^[0-9]+$/.test(part) ? Number(part) : part))
+  const custom = (error.parentSchema as { 'x-message'?: string } | undefined)?.['x-message']
+  switch (error.keyword) {
+    case 'additionalProperties': {
+      const key = (error.params as { additionalProperty: string }).additionalProperty
+      const hint = custom && configPath.length === 1 && configPath[0] === 'upstreams' ? ` (${custom})` : ''
+      return issue([...configPath, key], `unknown key${hint}`, true)
+    }
+    case 'required':
+      return issue(configPath, `missing required key "${(error.params as { missingProperty: string }).missingProperty}"`)
+    case 'enum':
+      return issue(configPath, custom ?? `must be one of ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`)
+    case 'pattern':
+      return issue(configPath, custom ?? `must match ${(error.params as { pattern: string }).pattern}`)
+    default:
+      return issue(configPath, error.message ?? 'is invalid')
+  }
+}
+
+/** `${NAME}` in any string value becomes the variable's value; `$${` stays a literal `${`. */
+function substituteEnv(value: unknown, at: (string | number)[], env: NodeJS.ProcessEnv,
+  missing: (configPath: ConfigPath, name: string) => void): unknown {
+  if (typeof value === 'string') {
+    if (!value.includes('${')) return value
+    return value.replace(/\$?\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (whole, name: string) => {
+      if (whole.startsWith('$$')) return whole.slice(1)
+      const replacement = env[name]
+      if (replacement === undefined) { missing(at, name); return '' }
+      return replacement
+    })
+  }
+  if (Array.isArray(value)) return value.map((item, index) => substituteEnv(item, [...at, index], env, missing))
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, unknown> = {}
+    for (const [key, item] of Object.entries(value)) out[key] = substituteEnv(item, [...at, key], env, missing)
+    return out
+  }
+  return value
+}
+
+/** Contract: relative file paths resolve against the config file's directory. */
+function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
+  const resolve = (file: string) => path.resolve(baseDir, file)
+  const tls = config.server?.tls
+  return {
+    ...config,
+    ...(config.server && {
+      server: { ...config.server, ...(tls && { tls: { cert_file: resolve(tls.cert_file), key_file: resolve(tls.key_file) } }) },
+    }),
+    upstreams: Object.fromEntries(Object.entries(config.upstreams).map(([name, upstream]) =>
+      [name, upstream.ca_file ? { ...upstream, ca_file: resolve(upstream.ca_file) } : upstream])),
+    ...(config.issuers && {
+      issuers: config.issuers.map((issuer) => (issuer.jwks_file ? { ...issuer, jwks_file: resolve(issuer.jwks_file) } : issuer)),
+    }),
+  }
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value)
+    for (const item of Object.values(value)) deepFreeze(item)
+  }
+  return value
+}

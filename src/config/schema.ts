@@ -1,0 +1,126 @@
+/**
+ * The one schema of `portcullis.yaml`. The TypeScript type, the validation and the defaults documented in
+ * docs/configuration.md all come from here; every object rejects unknown keys, so a typo never silently
+ * weakens security.
+ */
+import { Type, type Static, type TSchema } from '@sinclair/typebox'
+
+/** A string enum that Ajv reports as one clean `enum` error (a union of literals would report noise). */
+function StringEnum<const T extends readonly string[]>(values: T, message?: string) {
+  return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], ...(message ? { 'x-message': message } : {}) })
+}
+
+function Strict<T extends Parameters<typeof Type.Object>[0]>(properties: T) {
+  return Type.Object(properties, { additionalProperties: false })
+}
+
+const Duration = Type.String({
+  pattern: '^[0-9]+(ms|s|m|h|d)$',
+  'x-message': 'must be a duration such as 30s, 5m or 1h',
+})
+const Size = Type.String({
+  pattern: '^[0-9]+(b|kb|mb|gb)$',
+  'x-message': 'must be a size such as 512kb, 10mb or 1gb',
+})
+const HostPort = Type.String({
+  pattern: '^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$',
+  'x-message': 'must be host:port, such as 127.0.0.1:8080 or [::1]:8080',
+})
+const NonEmpty = Type.String({ minLength: 1 })
+const HeaderName = Type.String({
+  pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+  'x-message': 'must be an HTTP header name',
+})
+
+/** Asymmetric JWS algorithms only: `none` and HS* are never accepted for keys that come from a JWKS. */
+export const JWS_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'] as const
+export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
+
+const Server = Strict({
+  listen: Type.Optional(HostPort),
+  max_body_size: Type.Optional(Size),
+  max_header_size: Type.Optional(Size),
+  max_token_size: Type.Optional(Size),
+  public_url: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+(/[^?#]*)?$', 'x-message': 'must be an http(s) URL' })),
+  realm: Type.Optional(Type.String({ pattern: '^[\\x20\\x21\\x23-\\x5b\\x5d-\\x7e]*$', 'x-message': 'must be printable ASCII without quotes or backslashes' })),
+  tls: Type.Optional(Strict({ cert_file: NonEmpty, key_file: NonEmpty })),
+})
+
+const Admin = Strict({ listen: Type.Optional(HostPort) })
+
+const Upstream = Strict({
+  url: Type.String({
+    pattern: '^(https?://[^/?#]+/?|builtin:echo)$',
+    'x-message': 'must be an http:// or https:// origin (scheme, host, optional port; no path) or builtin:echo',
+  }),
+  timeout: Type.Optional(Duration),
+  ca_file: Type.Optional(NonEmpty),
+  connections: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000 })),
+})
+
+const Issuer = Strict({
+  issuer: NonEmpty,
+  jwks_uri: Type.Optional(Type.String({ pattern: '^(https?|file)://', 'x-message': 'must be an http://, https:// or file:// URL' })),
+  jwks_file: Type.Optional(NonEmpty),
+  discovery: Type.Optional(Type.Boolean()),
+  audience: Type.Array(NonEmpty, { minItems: 1 }),
+  algorithms: Type.Optional(Type.Array(StringEnum(JWS_ALGORITHMS,
+    `must be one of ${JWS_ALGORITHMS.join(', ')} (none and HS* are never accepted)`), { minItems: 1 })),
+  clock_skew: Type.Optional(Duration),
+  scope_claim: Type.Optional(StringEnum(['scope', 'scp'] as const)),
+  require_typ: Type.Optional(NonEmpty),
+  jwks_cooldown: Type.Optional(Duration),
+  jwks_max_age: Type.Optional(Duration),
+})
+
+const Scopes = Strict({
+  all: Type.Optional(Type.Array(NonEmpty)),
+  any: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
+})
+
+const Route = Strict({
+  id: Type.String({ pattern: '^[A-Za-z0-9_.:-]+$', 'x-message': 'must be letters, digits and _ . : -' }),
+  path: Type.String({ pattern: '^/', 'x-message': 'must start with /' }),
+  methods: Type.Optional(Type.Array(StringEnum(HTTP_METHODS), { minItems: 1 })),
+  upstream: NonEmpty,
+  auth: Type.Optional(StringEnum(['required', 'optional', 'none'] as const)),
+  scopes: Type.Optional(Scopes),
+  max_body_size: Type.Optional(Size),
+})
+
+const Forward = Strict({
+  identity_headers: Type.Optional(Strict({
+    subject: Type.Optional(HeaderName),
+    client_id: Type.Optional(HeaderName),
+    scopes: Type.Optional(HeaderName),
+    issuer: Type.Optional(HeaderName),
+  })),
+  strip_authorization: Type.Optional(Type.Boolean()),
+  trust_forwarded_headers: Type.Optional(Type.Boolean()),
+})
+
+const AuthorizationServer = Strict({ enabled: Type.Boolean() })
+
+const Log = Strict({ level: Type.Optional(StringEnum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const)) })
+
+export const GatewayConfigSchema = Strict({
+  server: Type.Optional(Server),
+  admin: Type.Optional(Admin),
+  log: Type.Optional(Log),
+  upstreams: Type.Record(Type.String({ pattern: '^[A-Za-z0-9_.-]+$' }), Upstream, {
+    additionalProperties: false, minProperties: 1, 'x-message': 'upstream names are letters, digits and _ . -',
+  }),
+  issuers: Type.Optional(Type.Array(Issuer)),
+  routes: Type.Array(Route, { minItems: 1 }),
+  forward: Type.Optional(Forward),
+  authorization_server: Type.Optional(AuthorizationServer),
+})
+
+export type GatewayConfig = Static<typeof GatewayConfigSchema>
+export type RouteConfig = Static<typeof Route>
+export type IssuerConfig = Static<typeof Issuer>
+export type UpstreamConfig = Static<typeof Upstream>
+export type ForwardConfig = Static<typeof Forward>
+export type JwsAlgorithm = (typeof JWS_ALGORITHMS)[number]
+export type HttpMethod = (typeof HTTP_METHODS)[number]
+export type { TSchema }

@@ -1,0 +1,60 @@
+/** The only writer of error responses: JSON body `{error, error_description}` plus the RFC 6750 challenge. */
+import type { ServerResponse } from 'node:http'
+import { GatewayError, InsufficientScope, MethodNotAllowed, MissingToken, TemporarilyUnavailable } from './oauth-errors.js'
+
+/** quoted-string safe: descriptions and scopes are ours, but never let one break the header. */
+function quote(value: string): string {
+  return '"' + value.replace(/["\\\r\n]/g, '') + '"'
+}
+
+export function challengeFor(error: GatewayError, realm: string): string | undefined {
+  if (!error.challenge) return undefined
+  let header = `Bearer realm=${quote(realm)}`
+  if (error instanceof MissingToken) return header  // RFC 6750 §3.1: no error code when no token was sent
+  header += `, error=${quote(error.code)}, error_description=${quote(error.description)}`
+  if (error instanceof InsufficientScope) header += `, scope=${quote(error.required.join(' '))}`
+  return header
+}
+
+export function errorHeaders(error: GatewayError, realm: string): Record<string, string> {
+  const headers: Record<string, string> = {
+    'content-type': 'application/json; charset=utf-8',
+    'cache-control': 'no-store',
+  }
+  const challenge = challengeFor(error, realm)
+  if (challenge) headers['www-authenticate'] = challenge
+  if (error instanceof MethodNotAllowed) headers.allow = error.allow.join(', ')
+  if (error instanceof TemporarilyUnavailable) headers['retry-after'] = String(error.retryAfterSeconds)
+  return headers
+}
+
+export function errorBody(error: GatewayError): string {
+  return JSON.stringify({ error: error.code, error_description: error.description })
+}
+
+export function renderError(res: ServerResponse, error: GatewayError, realm: string, closeConnection = false): void {
+  if (res.headersSent) {
+    res.destroy()
+    return
+  }
+  const body = errorBody(error)
+  const headers = errorHeaders(error, realm)
+  headers['content-length'] = String(Buffer.byteLength(body))
+  if (closeConnection) headers.connection = 'close'
+  res.writeHead(error.status, headers)
+  res.end(body)
+}
+
+/** For upgrade requests: the socket has no ServerResponse, so write the HTTP/1.1 response by hand. */
+export function renderErrorOnSocket(socket: NodeJS.WritableStream & { destroy(): void }, error: GatewayError, realm: string): void {
+  const body = errorBody(error)
+  const headers = { ...errorHeaders(error, realm), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
+  const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join('\r\n')
+  socket.end(`HTTP/1.1 ${error.status} ${STATUS_TEXT[error.status] ?? 'Error'}\r\n${head}\r\n\r\n${body}`)
+}
+
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
+  413: 'Payload Too Large', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error',
+  502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout',
+}

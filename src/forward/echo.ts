@@ -1,0 +1,37 @@
+/** `builtin:echo`: answers with what it received (after the gateway's header work) as JSON. */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Readable } from 'node:stream'
+import type { OutgoingHeaders } from './upstream-headers.js'
+
+const MAX_ECHOED_BODY = 64 * 1024
+
+export async function echoRequest(req: IncomingMessage, res: ServerResponse, path: string, query: string,
+  headers: OutgoingHeaders, body: Readable | Buffer | null): Promise<void> {
+  let bodyBytes = 0
+  const kept: Buffer[] = []
+  if (Buffer.isBuffer(body)) {
+    bodyBytes = body.length
+    kept.push(body.subarray(0, MAX_ECHOED_BODY))
+  } else if (body) {
+    for await (const chunk of body) {
+      const buffer = chunk as Buffer
+      if (bodyBytes < MAX_ECHOED_BODY) kept.push(buffer.subarray(0, MAX_ECHOED_BODY - bodyBytes))
+      bodyBytes += buffer.length
+    }
+  }
+  const payload = JSON.stringify({
+    method: req.method,
+    path,
+    query: Object.fromEntries(new URLSearchParams(query)),
+    headers,
+    body: Buffer.concat(kept).toString('utf8'),
+    body_bytes: bodyBytes,
+    body_truncated: bodyBytes > MAX_ECHOED_BODY,
+  })
+  res.writeHead(200, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(payload),
+    'cache-control': 'no-store',
+  })
+  res.end(payload)
+}

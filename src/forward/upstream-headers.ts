@@ -1,0 +1,102 @@
+/**
+ * The headers the upstream receives: the client's, minus hop-by-hop headers (RFC 9110 §7.6.1) and minus
+ * every identity header the client may have spoofed (on every route, `auth: none` included), then ours.
+ */
+import type { IncomingMessage } from 'node:http'
+import type { ForwardConfig } from '../config/schema.js'
+import type { Principal } from '../authn/principal.js'
+import { InvalidToken } from '../errors/oauth-errors.js'
+
+export type OutgoingHeaders = Record<string, string | string[]>
+
+const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade',
+  'proxy-authorization', 'proxy-authenticate', 'expect', 'http2-settings', 'host']
+const FORWARDED = ['forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host']
+
+export const DEFAULT_IDENTITY_HEADERS = {
+  subject: 'X-Auth-Subject',
+  client_id: 'X-Auth-Client-Id',
+  scopes: 'X-Auth-Scopes',
+  issuer: 'X-Auth-Issuer',
+} as const
+
+export interface HeaderPolicy {
+  readonly removed: ReadonlySet<string>
+  readonly subject: string
+  readonly clientId: string
+  readonly scopes: string
+  readonly issuer: string
+  readonly trustForwarded: boolean
+  readonly tls: boolean
+}
+
+export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: boolean): HeaderPolicy {
+  const names = { ...DEFAULT_IDENTITY_HEADERS, ...forward?.identity_headers }
+  const identity = [names.subject, names.client_id, names.scopes, names.issuer].map((name) => name.toLowerCase())
+  const trustForwarded = forward?.trust_forwarded_headers ?? false
+  const removed = new Set([...HOP_BY_HOP, ...identity, ...(trustForwarded ? [] : FORWARDED)])
+  if (forward?.strip_authorization) removed.add('authorization')
+  return {
+    removed,
+    subject: identity[0]!,
+    clientId: identity[1]!,
+    scopes: identity[2]!,
+    issuer: identity[3]!,
+    trustForwarded,
+    tls,
+  }
+}
+
+// A claim copied into a header must stay one visible-ASCII line: anything else could split or smuggle headers.
+const HEADER_SAFE = /^[\x20-\x7e]*$/
+
+function identityValue(value: string): string {
+  if (!HEADER_SAFE.test(value)) throw new InvalidToken('unrepresentable_claim')
+  return value
+}
+
+export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal | undefined, policy: HeaderPolicy): OutgoingHeaders {
+  const incoming = req.headers
+  const out: OutgoingHeaders = {}
+  const removed = policy.removed
+  const connection = incoming.connection
+  // RFC 9110 §7.6.1: headers named in Connection are hop-by-hop too.
+  const alsoRemoved = connection && connection !== 'keep-alive' && connection !== 'close'
+    ? new Set(connection.toLowerCase().split(',').map((name) => name.trim()))
+    : undefined
+  for (const name in incoming) {
+    if (removed.has(name) || alsoRemoved?.has(name)) continue
+    const value = incoming[name]
+    if (value !== undefined) out[name] = value
+  }
+  const remote = req.socket.remoteAddress ?? ''
+  if (policy.trustForwarded) {
+    const prior = incoming['x-forwarded-for']
+    out['x-forwarded-for'] = prior ? `${prior}, ${remote}` : remote
+    out['x-forwarded-proto'] ??= policy.tls ? 'https' : 'http'
+    if (incoming.host !== undefined) out['x-forwarded-host'] ??= incoming.host
+  } else {
+    out['x-forwarded-for'] = remote
+    out['x-forwarded-proto'] = policy.tls ? 'https' : 'http'
+    if (incoming.host !== undefined) out['x-forwarded-host'] = incoming.host
+  }
+  if (principal) {
+    if (principal.subject !== undefined) out[policy.subject] = identityValue(principal.subject)
+    if (principal.clientId !== undefined) out[policy.clientId] = identityValue(principal.clientId)
+    out[policy.scopes] = identityValue(principal.scopes.join(' '))
+    out[policy.issuer] = identityValue(principal.issuer)
+  }
+  return out
+}
+
+const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade'])
+
+/** Upstream response headers minus hop-by-hop ones; node sets its own framing. */
+export function filterResponseHeaders(headers: Record<string, string | string[] | undefined>): OutgoingHeaders {
+  const out: OutgoingHeaders = {}
+  for (const name in headers) {
+    const value = headers[name]
+    if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name)) out[name] = value
+  }
+  return out
+}

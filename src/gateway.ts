@@ -1,0 +1,100 @@
+/**
+ * buildGateway(config): a fastify instance whose HTTP server sends proxied paths down the lean gateway
+ * pipeline and everything fastify owns (later: the authorization server) to fastify. Never listens itself.
+ */
+import { readFileSync } from 'node:fs'
+import http from 'node:http'
+import https from 'node:https'
+import type { Socket } from 'node:net'
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import type { GatewayConfig } from './config/schema.js'
+import { parseSize } from './config/units.js'
+import { configWarnings } from './config/lint.js'
+import { JwtAuthenticator } from './authn/jwt.js'
+import { compileRules } from './rules/compile.js'
+import { createUpstream, type Upstream } from './forward/proxy.js'
+import { createHeaderPolicy } from './forward/upstream-headers.js'
+import { HeadersTooLarge, InvalidRequest } from './errors/oauth-errors.js'
+import { errorBody, errorHeaders } from './errors/render.js'
+import { GatewayPipeline } from './server/pipeline.js'
+
+export interface GatewayOptions {
+  /** A pino logger (tests pass one writing to a stream); default: JSON to stdout at `log.level`. */
+  logger?: FastifyBaseLogger
+  /** Milliseconds since the epoch; injected by tests to move time. */
+  now?: () => number
+}
+
+/** Never logged: anything that can carry a credential. */
+export const REDACTED_PATHS = ['req.headers.authorization', 'req.headers.cookie', 'req.headers["proxy-authorization"]']
+
+function clientErrorResponse(error: NodeJS.ErrnoException, realm: string): string {
+  const failure = error.code === 'HPE_HEADER_OVERFLOW' ? new HeadersTooLarge() : new InvalidRequest('malformed HTTP request')
+  const body = errorBody(failure)
+  const headers: Record<string, string> = { ...errorHeaders(failure, realm), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
+  delete headers['www-authenticate']
+  const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join('\r\n')
+  return `HTTP/1.1 ${failure.status} ${failure.status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n${head}\r\n\r\n${body}`
+}
+
+export async function buildGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<FastifyInstance> {
+  const tls = config.server?.tls
+  const realm = config.server?.realm ?? 'portcullis'
+  const maxHeaderSize = parseSize(config.server?.max_header_size ?? '16kb')
+  let pipeline: GatewayPipeline | undefined
+  // Paths fastify serves on the public listener (the embedded authorization server mounts here).
+  const fastifyPaths = new Set<string>()
+
+  const app = Fastify({
+    ...(options.logger
+      ? { loggerInstance: options.logger }
+      : { logger: { level: config.log?.level ?? 'info', redact: REDACTED_PATHS } }),
+    serverFactory: (fastifyHandler) => {
+      const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
+        const url = req.url ?? ''
+        const q = url.indexOf('?')
+        if (fastifyPaths.size > 0 && fastifyPaths.has(q === -1 ? url : url.slice(0, q))) fastifyHandler(req, res)
+        else pipeline!.handleRequest(req, res)
+      }
+      const server = tls
+        ? https.createServer({
+          cert: readFileSync(tls.cert_file),
+          key: readFileSync(tls.key_file),
+          minVersion: 'TLSv1.2',
+          ALPNProtocols: ['http/1.1'],
+          maxHeaderSize,
+        }, handler)
+        : http.createServer({ maxHeaderSize }, handler)
+      server.on('upgrade', (req, socket, head) => pipeline!.handleUpgrade(req, socket, head))
+      return server
+    },
+    clientErrorHandler: (error, socket: Socket) => {
+      if (socket.writable) socket.end(clientErrorResponse(error, realm))
+      else socket.destroy()
+    },
+  })
+
+  const log = app.log
+  for (const warning of configWarnings(config)) log.warn(warning)
+  const now = options.now ?? Date.now
+  const { rules } = compileRules(config)
+  const jwt = new JwtAuthenticator(config.issuers ?? [], log, now)
+  const upstreams = new Map<string, Upstream>(
+    Object.entries(config.upstreams).map(([name, upstream]) => [name, createUpstream(name, upstream)]))
+  pipeline = new GatewayPipeline({
+    rules,
+    jwt,
+    upstreams,
+    headerPolicy: createHeaderPolicy(config.forward, Boolean(tls)),
+    realm,
+    maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
+    log,
+  })
+  jwt.prefetch()
+
+  app.addHook('onClose', async () => {
+    pipeline!.closeUpgraded()
+    await Promise.all([...upstreams.values()].map((upstream) => upstream.pool?.close()))
+  })
+  return app
+}

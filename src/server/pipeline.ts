@@ -1,0 +1,187 @@
+/**
+ * The request path, top to bottom: normalize → match → authenticate → authorize → forward
+ * (ARCHITECTURE "Request path"). Runs on the raw node:http request so the hot path pays for nothing
+ * it does not use; the authorization server and admin routes stay fastify routes.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Duplex, Readable } from 'node:stream'
+import { pipeline } from 'node:stream'
+import type { FastifyBaseLogger } from 'fastify'
+import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
+import { JwtAuthenticator } from '../authn/jwt.js'
+import type { Principal } from '../authn/principal.js'
+import { requireScopes } from '../authz/scopes.js'
+import {
+  BadGateway, GatewayError, InvalidRequest, InvalidToken, MethodNotAllowed, MissingToken, NoMatchingRoute,
+  RequestTooLarge, ServerError,
+} from '../errors/oauth-errors.js'
+import { renderError, renderErrorOnSocket } from '../errors/render.js'
+import { echoRequest } from '../forward/echo.js'
+import { BodyLimit, forwardRequest, upstreamFailure, type Upstream } from '../forward/proxy.js'
+import { buildUpstreamHeaders, type HeaderPolicy } from '../forward/upstream-headers.js'
+import type { CompiledRule } from '../rules/compile.js'
+import { allowedMethods, matchRule } from '../rules/match.js'
+import { splitRequestTarget } from '../rules/normalize.js'
+
+export interface GatewayRuntime {
+  readonly rules: readonly CompiledRule[]
+  readonly jwt: JwtAuthenticator
+  readonly upstreams: ReadonlyMap<string, Upstream>
+  readonly headerPolicy: HeaderPolicy
+  readonly realm: string
+  readonly maxTokenSize: number
+  readonly log: FastifyBaseLogger
+}
+
+const FORM_CONTENT_TYPE = /^application\/x-www-form-urlencoded\s*(;|$)/i
+
+function matchOrThrow(rules: readonly CompiledRule[], method: string, path: string): CompiledRule {
+  const rule = matchRule(rules, method, path)
+  if (rule) return rule
+  const allow = allowedMethods(rules, path)
+  throw allow.length > 0 ? new MethodNotAllowed(allow) : new NoMatchingRoute()
+}
+
+/** RFC 6750 §2.1 header only; a token in the query or the form body as well is invalid_request (§3.1). */
+async function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, query: string): Promise<Principal | undefined> {
+  if (rule.auth === 'none') return undefined
+  rejectQueryToken(query)
+  const token = extractBearerToken(req, rt.maxTokenSize)
+  if (token === undefined) {
+    if (rule.auth === 'optional') return undefined
+    throw new MissingToken()
+  }
+  if (!JwtAuthenticator.looksLikeJwt(token)) throw new InvalidToken('not_a_jwt')
+  const principal = await rt.jwt.authenticate(token)
+  requireScopes(principal, rule)
+  return principal
+}
+
+function hasBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length']
+  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
+}
+
+async function readLimited(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length
+    if (size > limit) throw new RequestTooLarge(limit)
+    chunks.push(chunk as Buffer)
+  }
+  return Buffer.concat(chunks)
+}
+
+/** The request body as the upstream gets it: streamed, size-checked, or buffered for form bodies. */
+async function requestBody(req: IncomingMessage, rule: CompiledRule): Promise<Readable | Buffer | null> {
+  if (!hasBody(req)) return null
+  const length = req.headers['content-length']
+  if (length !== undefined && !(Number(length) <= rule.maxBodySize)) throw new RequestTooLarge(rule.maxBodySize)
+  // RFC 6750 §2.2: a form body may carry access_token; read it (bounded) to refuse a second token.
+  if (rule.auth !== 'none' && FORM_CONTENT_TYPE.test(req.headers['content-type'] ?? '')) {
+    const body = await readLimited(req, rule.maxBodySize)
+    if (new URLSearchParams(body.toString('latin1')).has('access_token')) {
+      throw new InvalidRequest('access tokens in the request body are not accepted; use the Authorization header')
+    }
+    return body
+  }
+  if (length !== undefined) return req  // Node's parser enforces the declared length
+  const limiter = new BodyLimit(rule.maxBodySize)
+  return pipeline(req, limiter, () => { /* errors surface through the upstream request */ })
+}
+
+export class GatewayPipeline {
+  private readonly upgraded = new Set<Duplex>()
+
+  constructor(private readonly rt: GatewayRuntime) {}
+
+  readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    this.serve(req, res).catch((error: unknown) => this.fail(req, res, error))
+  }
+
+  private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const rt = this.rt
+    const { path, query } = splitRequestTarget(req.url ?? '')
+    const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)
+    const body = await requestBody(req, rule)
+    const principal = await authenticate(rt, req, rule, query)
+    const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
+    const upstream = rt.upstreams.get(rule.upstream)!
+    if (upstream.echo) return echoRequest(req, res, path, query, headers, body)
+    try {
+      await forwardRequest(upstream, req, res, headers, body)
+    } catch (error) {
+      throw upstreamFailure(error, upstream.name)
+    }
+  }
+
+  private fail(req: IncomingMessage, res: ServerResponse, error: unknown): void {
+    const failure = error instanceof GatewayError ? error : new ServerError(error)
+    this.log(req, failure)
+    // A body we did not read must not be read now (it may be 50 MB): close the connection instead.
+    renderError(res, failure, this.rt.realm, hasBody(req) && !req.readableEnded)
+  }
+
+  private log(req: IncomingMessage, failure: GatewayError): void {
+    const entry = {
+      method: req.method,
+      status: failure.status,
+      error: failure.code,
+      reason: failure.internal.detail,
+    }
+    if (failure.status >= 500) this.rt.log.error({ ...entry, err: failure.internal.cause }, 'request failed')
+    else this.rt.log.info(entry, 'request denied')
+  }
+
+  /** WebSocket upgrades: forwarded only after the same route match and token validation. */
+  readonly handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
+    socket.on('error', () => socket.destroy())
+    this.upgrade(req, socket, head).catch((error: unknown) => {
+      const failure = error instanceof GatewayError ? error : new ServerError(error)
+      this.log(req, failure)
+      renderErrorOnSocket(socket, failure, this.rt.realm)
+    })
+  }
+
+  private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const rt = this.rt
+    if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new InvalidRequest('only WebSocket upgrades are forwarded')
+    const { path, query } = splitRequestTarget(req.url ?? '')
+    const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)
+    const principal = await authenticate(rt, req, rule, query)
+    const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
+    const upstream = rt.upstreams.get(rule.upstream)!
+    if (!upstream.pool) throw new BadGateway(`upstream ${upstream.name} does not accept WebSocket upgrades`)
+    let upgraded
+    try {
+      upgraded = await upstream.pool.upgrade({ path: req.url!, method: 'GET', headers, protocol: 'websocket' })
+    } catch (error) {
+      throw upstreamFailure(error, upstream.name)
+    }
+    const upstreamSocket = upgraded.socket
+    if (socket.destroyed) { upstreamSocket.destroy(); return }
+    let head101 = 'HTTP/1.1 101 Switching Protocols\r\n'
+    for (const [name, value] of Object.entries(upgraded.headers)) {
+      for (const item of Array.isArray(value) ? value : [value]) if (item !== undefined) head101 += `${name}: ${item}\r\n`
+    }
+    socket.write(head101 + '\r\n')
+    if (head.length > 0) upstreamSocket.write(head)
+    this.upgraded.add(socket)
+    const close = () => {
+      this.upgraded.delete(socket)
+      socket.destroy()
+      upstreamSocket.destroy()
+    }
+    upstreamSocket.on('error', close).on('close', close)
+    socket.on('close', close)
+    upstreamSocket.pipe(socket)
+    socket.pipe(upstreamSocket)
+  }
+
+  /** Upgraded sockets are not the HTTP server's any more: close them ourselves on shutdown. */
+  closeUpgraded(): void {
+    for (const socket of this.upgraded) socket.destroy()
+    this.upgraded.clear()
+  }
+}
