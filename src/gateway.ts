@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs'
 import http from 'node:http'
 import https from 'node:https'
 import type { Socket } from 'node:net'
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
+import Fastify, { type FastifyInstance } from 'fastify'
 import type { GatewayConfig } from './config/schema.js'
 import { parseSize } from './config/units.js'
 import { configWarnings } from './config/lint.js'
@@ -19,8 +19,8 @@ import { errorBody, errorHeaders } from './errors/render.js'
 import { GatewayPipeline } from './server/pipeline.js'
 
 export interface GatewayOptions {
-  /** A pino logger (tests pass one writing to a stream); default: JSON to stdout at `log.level`. */
-  logger?: FastifyBaseLogger
+  /** Where the JSON log lines go (default stdout); tests capture them to assert what is never logged. */
+  logStream?: NodeJS.WritableStream
   /** Milliseconds since the epoch; injected by tests to move time. */
   now?: () => number
 }
@@ -41,14 +41,17 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   const tls = config.server?.tls
   const realm = config.server?.realm ?? 'portcullis'
   const maxHeaderSize = parseSize(config.server?.max_header_size ?? '16kb')
+  // eslint-disable-next-line prefer-const -- the server built inside Fastify() refers to it; it is set right after
   let pipeline: GatewayPipeline | undefined
   // Paths fastify serves on the public listener (the embedded authorization server mounts here).
   const fastifyPaths = new Set<string>()
 
   const app = Fastify({
-    ...(options.logger
-      ? { loggerInstance: options.logger }
-      : { logger: { level: config.log?.level ?? 'info', redact: REDACTED_PATHS } }),
+    logger: {
+      level: config.log?.level ?? 'info',
+      redact: REDACTED_PATHS,
+      ...(options.logStream && { stream: options.logStream }),
+    },
     serverFactory: (fastifyHandler) => {
       const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
         const url = req.url ?? ''

@@ -59,11 +59,7 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
   const incoming = req.headers
   const out: OutgoingHeaders = {}
   const removed = policy.removed
-  const connection = incoming.connection
-  // RFC 9110 §7.6.1: headers named in Connection are hop-by-hop too.
-  const alsoRemoved = connection && connection !== 'keep-alive' && connection !== 'close'
-    ? new Set(connection.toLowerCase().split(',').map((name) => name.trim()))
-    : undefined
+  const alsoRemoved = connectionListed(incoming.connection)
   for (const name in incoming) {
     if (removed.has(name) || alsoRemoved?.has(name)) continue
     const value = incoming[name]
@@ -94,9 +90,17 @@ const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connecti
 /** Upstream response headers minus hop-by-hop ones; node sets its own framing. */
 export function filterResponseHeaders(headers: Record<string, string | string[] | undefined>): OutgoingHeaders {
   const out: OutgoingHeaders = {}
+  const alsoRemoved = connectionListed(headers.connection)
   for (const name in headers) {
     const value = headers[name]
-    if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name)) out[name] = value
+    if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name) && !alsoRemoved?.has(name)) out[name] = value
   }
   return out
+}
+
+/** RFC 9110 §7.6.1: the header fields a Connection header names are hop-by-hop too. */
+function connectionListed(connection: string | string[] | undefined): Set<string> | undefined {
+  if (connection === undefined || connection === 'keep-alive' || connection === 'close') return undefined
+  const names = (Array.isArray(connection) ? connection.join(',') : connection).toLowerCase().split(',')
+  return new Set(names.map((name) => name.trim()))
 }

@@ -1,0 +1,17 @@
+import js from '@eslint/js'
+import tseslint from 'typescript-eslint'
+
+export default tseslint.config(
+  { ignores: ['dist/', 'node_modules/', 'coverage/', 'bench/results/'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/no-non-null-assertion': 'off',
+      'no-console': ['error', { allow: ['log', 'error'] }],
+      eqeqeq: ['error', 'always'],
+    },
+  },
+  { files: ['src/**/*.ts'], ignores: ['src/cli.ts'], rules: { 'no-console': 'error' } },
+)

@@ -1,0 +1,92 @@
+/** Boots the real gateway from a YAML config on 127.0.0.1:0, capturing its log lines. */
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { Writable } from 'node:stream'
+import type { AddressInfo } from 'node:net'
+import { stringify } from 'yaml'
+import type { FastifyInstance } from 'fastify'
+import { buildGateway } from '../../src/gateway.js'
+import { loadConfig } from '../../src/config/load.js'
+
+export interface RunningGateway {
+  app: FastifyInstance
+  url: string
+  port: number
+  /** Every log line written so far, raw JSON text. */
+  logs: string[]
+  close(): Promise<void>
+}
+
+export interface StartOptions {
+  now?: () => number
+  /** The config file's directory (relative paths resolve against it); default a fresh temp dir. */
+  dir?: string
+  env?: NodeJS.ProcessEnv
+}
+
+export async function startGateway(config: Record<string, unknown>, options: StartOptions = {}): Promise<RunningGateway> {
+  const dir = options.dir ?? mkdtempSync(path.join(tmpdir(), 'portcullis-test-'))
+  const file = path.join(dir, 'portcullis.yaml')
+  const text = stringify(config)
+  writeFileSync(file, text)
+  const logs: string[] = []
+  const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
+  const app = await buildGateway(loadConfig(file, text, options.env ?? process.env), {
+    logStream,
+    ...(options.now && { now: options.now }),
+  })
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const { port } = app.server.address() as AddressInfo
+  const scheme = (config.server as { tls?: unknown } | undefined)?.tls ? 'https' : 'http'
+  return { app, url: `${scheme}://127.0.0.1:${port}`, port, logs, close: () => app.close() }
+}
+
+/** A config with one upstream, one issuer and the given routes (default: one protected catch-all). */
+export function testConfig(parts: {
+  upstream: { url: string }
+  issuer?: { issuer: string; jwksUri: string; audience: string }
+  routes?: Record<string, unknown>[]
+  issuerExtra?: Record<string, unknown>
+  upstreamExtra?: Record<string, unknown>
+  forward?: Record<string, unknown>
+  server?: Record<string, unknown>
+}): Record<string, unknown> {
+  return {
+    server: { realm: 'test', ...parts.server },
+    upstreams: { main: { url: parts.upstream.url, timeout: '2s', ...parts.upstreamExtra } },
+    ...(parts.issuer && {
+      issuers: [{
+        issuer: parts.issuer.issuer,
+        jwks_uri: parts.issuer.jwksUri,
+        audience: [parts.issuer.audience],
+        algorithms: ['ES256', 'RS256'],
+        ...parts.issuerExtra,
+      }],
+    }),
+    routes: parts.routes ?? [{ id: 'all', path: '/**', upstream: 'main', auth: 'required' }],
+    ...(parts.forward && { forward: parts.forward }),
+    log: { level: 'debug' },
+  }
+}
+
+/** Raw HTTP/1.1 over TCP, for requests fetch() refuses to send (bad paths, duplicate headers). */
+export async function rawRequest(port: number, text: string): Promise<{ status: number; headers: string; body: string; raw: string }> {
+  const net = await import('node:net')
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(text))
+    let raw = ''
+    socket.setEncoding('latin1')
+    socket.on('data', (chunk: string) => { raw += chunk })
+    socket.on('error', reject)
+    socket.on('end', () => {
+      const [head = '', ...rest] = raw.split('\r\n\r\n')
+      resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0), headers: head, body: rest.join('\r\n\r\n'), raw })
+    })
+    setTimeout(() => socket.end(), 3000).unref()
+  })
+}
+
+export function addressOf(app: FastifyInstance): AddressInfo {
+  return app.server.address() as AddressInfo
+}
