@@ -3,7 +3,6 @@
 import { parseArgs } from 'node:util'
 import { ConfigError, loadConfigFile } from './config/load.js'
 import { configWarnings } from './config/lint.js'
-import { buildGateway } from './gateway.js'
 import { hashSecret } from './crypto/secret-hash.js'
 
 const USAGE = `usage: portcullis <command> [--config FILE]
@@ -57,6 +56,8 @@ async function main(argv: string[]): Promise<number> {
         console.error(error.message)
         return 1
       }
+      // Imported here so `check` and `hash-secret` do not load fastify, undici and jose.
+      const { buildGateway } = await import('./gateway.js')
       const app = await buildGateway(config)
       const { host, port } = parseListen(config.server?.listen ?? '127.0.0.1:8080')
       await app.listen({ host, port })

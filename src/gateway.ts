@@ -95,8 +95,9 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   })
   jwt.prefetch()
 
+  // Before server.close(), which would otherwise wait for every upgraded socket to end by itself.
+  app.addHook('preClose', async () => { pipeline!.closeUpgraded() })
   app.addHook('onClose', async () => {
-    pipeline!.closeUpgraded()
     await Promise.all([...upstreams.values()].map((upstream) => upstream.pool?.close()))
   })
   return app

@@ -24,15 +24,22 @@ export function extractBearerToken(req: IncomingMessage, maxTokenSize: number): 
   const scheme = SCHEME.exec(header)
   if (!scheme) throw new InvalidRequest('malformed Authorization header')
   if (scheme[1]!.toLowerCase() !== 'bearer') return undefined
-  if (header.length > maxTokenSize + 16) throw new InvalidRequest('the access token is too large')
+  // The header itself is bounded by the server's header limit, so the (linear) match is cheap; the limit
+  // applies to the token alone, not to the header with its scheme and spaces.
   const match = BEARER.exec(header)
   if (!match) throw new InvalidRequest('malformed Bearer credentials')
-  return match[1]
+  const token = match[1]!
+  if (token.length > maxTokenSize) throw new InvalidRequest('the access token is too large')
+  return token
 }
 
-/** RFC 6750 §2.3: a token in the URI is refused outright; §3.1 names two tokens invalid_request. */
+/**
+ * RFC 6750 §2.3: a token in the URI is refused outright; §3.1 names two tokens invalid_request.
+ * `query` is `?…` or empty. The name is compared decoded (`access%5Ftoken` is the same parameter to an
+ * upstream that decodes it), so any query with a `%` is parsed too.
+ */
 export function rejectQueryToken(query: string): void {
-  if (query.length > 13 && query.includes('access_token') && new URLSearchParams(query).has('access_token')) {
+  if (query.length > 1 && (query.includes('access_token') || query.includes('%')) && new URLSearchParams(query).has('access_token')) {
     throw new InvalidRequest('access tokens in the query string are not accepted; use the Authorization header')
   }
 }

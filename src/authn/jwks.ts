@@ -24,7 +24,10 @@ export interface KeySetOptions {
 const MAX_DOCUMENT_BYTES = 1024 * 1024
 const PRIVATE_MEMBERS = ['d', 'p', 'q', 'dp', 'dq', 'qi', 'k', 'oth'] as const
 
-export class KeySetUnavailable extends Error {}
+/** No key set was ever fetched; `retryAfterSeconds` is when the cooldown allows the next attempt. */
+export class KeySetUnavailable extends Error {
+  constructor(message: string, readonly retryAfterSeconds: number) { super(message) }
+}
 
 async function fetchJson(url: string, timeoutMs: number): Promise<unknown> {
   if (url.startsWith('file://')) return JSON.parse(await readFile(fileURLToPath(url), 'utf8'))
@@ -84,7 +87,10 @@ export class RemoteKeySet {
     if (!this.keys) {
       // Never fetched yet: wait for a fetch, but do not start more than one per cooldown.
       if (this.inflight || !this.coolingDown()) await this.refresh('initial').catch(() => undefined)
-      if (!this.keys) throw new KeySetUnavailable(`no key set for ${this.options.issuer} could be fetched`)
+      if (!this.keys) {
+        const waitMs = this.lastAttempt + this.options.cooldownMs - this.options.now()
+        throw new KeySetUnavailable(`no key set for ${this.options.issuer} could be fetched`, Math.max(1, Math.ceil(waitMs / 1000)))
+      }
     } else if (this.options.now() - this.fetchedAt > this.options.maxAgeMs && this.coolingDown() === false) {
       this.refresh('max age').catch(() => undefined)  // stale-while-revalidate: keep serving the old keys
     }

@@ -2,7 +2,10 @@
  * JWT access tokens of the configured issuers: the issuer is chosen by the token's `iss` (exact match),
  * then jose verifies signature, algorithm allow-list, `aud`, `exp`/`nbf` with skew, `typ` and `crit`.
  */
-import { decodeJwt, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type ProtectedHeaderParameters } from 'jose'
+import {
+  decodeJwt, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions,
+  type ProtectedHeaderParameters,
+} from 'jose'
 import { pathToFileURL } from 'node:url'
 import type { FastifyBaseLogger } from 'fastify'
 import type { IssuerConfig, JwsAlgorithm } from '../config/schema.js'
@@ -43,21 +46,24 @@ class JwtIssuer {
     // RFC 7515 §4.1.11: we understand no extension, so any `crit` makes the token unacceptable.
     if (header.crit !== undefined) throw new InvalidToken('crit_header')
     const nowSeconds = Math.floor(this.now() / 1000)
+    const options: JWTVerifyOptions = {
+      issuer: this.config.issuer,
+      audience: this.config.audience,
+      algorithms: this.algorithms,
+      clockTolerance: this.skewSeconds,
+      currentDate: new Date(nowSeconds * 1000),
+      requiredClaims: ['exp'],
+      ...(this.config.require_typ !== undefined && { typ: this.config.require_typ }),
+    }
     let payload: JWTPayload
     try {
-      ({ payload } = await jwtVerify(token, this.keySet.getKey, {
-        issuer: this.config.issuer,
-        audience: this.config.audience,
-        algorithms: this.algorithms,
-        clockTolerance: this.skewSeconds,
-        currentDate: new Date(nowSeconds * 1000),
-        requiredClaims: ['exp'],
-        ...(this.config.require_typ !== undefined && { typ: this.config.require_typ }),
-      }))
+      payload = await verifyWithKeySet(token, this.keySet.getKey, options)
     } catch (error) {
-      if (error instanceof KeySetUnavailable) throw new TemporarilyUnavailable(error.message, 5, error)
+      if (error instanceof KeySetUnavailable) throw new TemporarilyUnavailable(error.message, error.retryAfterSeconds, error)
       throw new InvalidToken(rejectionOf(error), error)
     }
+    // jose checks `iat` only with maxTokenAge; a token issued in the future (beyond skew) is refused too.
+    if (payload.iat !== undefined && typeof payload.iat !== 'number') throw new InvalidToken('bad_claim')
     if (typeof payload.iat === 'number' && payload.iat > nowSeconds + this.skewSeconds) {
       throw new InvalidToken('issued_in_future')
     }
@@ -75,15 +81,40 @@ class JwtIssuer {
   }
 }
 
+/**
+ * RFC 7517 §4.5: a token without `kid` can match several keys of its type (an issuer mid-rotation);
+ * jose then hands back every candidate and the signature decides. One valid signature is enough; a
+ * claim failure with the right key is reported as such, not as a bad signature.
+ */
+async function verifyWithKeySet(token: string, getKey: JWTVerifyGetKey, options: JWTVerifyOptions): Promise<JWTPayload> {
+  try {
+    return (await jwtVerify(token, getKey, options)).payload
+  } catch (error) {
+    if (!(error instanceof errors.JWKSMultipleMatchingKeys)) throw error
+    let failure: unknown = error
+    for await (const key of error) {
+      try {
+        return (await jwtVerify(token, key, options)).payload
+      } catch (attempt) {
+        if (!(attempt instanceof errors.JWSSignatureVerificationFailed)) throw attempt
+        failure = attempt
+      }
+    }
+    throw failure
+  }
+}
+
 function rejectionOf(error: unknown): JwtRejection {
   if (error instanceof errors.JWTExpired) return 'expired'
   if (error instanceof errors.JWTClaimValidationFailed) {
+    if (error.reason === 'missing') return 'missing_claim'
+    if (error.reason !== 'check_failed') return 'bad_claim'
     switch (error.claim) {
       case 'nbf': return 'not_yet_valid'
       case 'aud': return 'wrong_audience'
       case 'iss': return 'unknown_issuer'
       case 'typ': return 'wrong_typ'
-      default: return error.reason === 'missing' ? 'missing_claim' : 'bad_claim'
+      default: return 'bad_claim'
     }
   }
   if (error instanceof errors.JWSSignatureVerificationFailed) return 'bad_signature'

@@ -17,8 +17,24 @@ function readable(file: string): boolean {
   }
 }
 
+/** The schema's patterns only shape URLs and host:port; these must also parse, or `start` would crash. */
+function badUrl(value: string): boolean {
+  if (!URL.canParse(value)) return true
+  const { port } = new URL(value)
+  return port !== '' && Number(port) > 65535
+}
+
+function badPort(listen: string | undefined): boolean {
+  return listen !== undefined && Number(listen.slice(listen.lastIndexOf(':') + 1)) > 65535
+}
+
 export function lintConfig(config: GatewayConfig): LintProblem[] {
   const problems: LintProblem[] = [...compileRules(config).problems]
+  if (badPort(config.server?.listen)) problems.push({ path: ['server', 'listen'], message: 'the port must be at most 65535' })
+  if (badPort(config.admin?.listen)) problems.push({ path: ['admin', 'listen'], message: 'the port must be at most 65535' })
+  if (config.server?.public_url !== undefined && badUrl(config.server.public_url)) {
+    problems.push({ path: ['server', 'public_url'], message: 'is not a valid URL' })
+  }
   const tls = config.server?.tls
   if (tls) {
     for (const key of ['cert_file', 'key_file'] as const) {
@@ -26,6 +42,9 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
     }
   }
   for (const [name, upstream] of Object.entries(config.upstreams)) {
+    if (upstream.url !== 'builtin:echo' && badUrl(upstream.url)) {
+      problems.push({ path: ['upstreams', name, 'url'], message: 'is not a valid URL' })
+    }
     if (upstream.ca_file && !readable(upstream.ca_file)) {
       problems.push({ path: ['upstreams', name, 'ca_file'], message: `cannot read ${upstream.ca_file}` })
     }
@@ -44,10 +63,13 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
     if (issuer.jwks_file !== undefined && !readable(issuer.jwks_file)) {
       problems.push({ path: [...at, 'jwks_file'], message: `cannot read ${issuer.jwks_file}` })
     }
-    if (issuer.discovery && !/^https?:\/\//.test(issuer.issuer)) {
+    if (issuer.jwks_uri !== undefined && badUrl(issuer.jwks_uri)) {
+      problems.push({ path: [...at, 'jwks_uri'], message: 'is not a valid URL' })
+    }
+    if (issuer.discovery && (!/^https?:\/\//.test(issuer.issuer) || badUrl(issuer.issuer))) {
       problems.push({ path: [...at, 'issuer'], message: 'discovery needs an http(s) issuer URL' })
     }
-    if (issuer.jwks_uri?.startsWith('file://')) {
+    if (issuer.jwks_uri?.startsWith('file://') && !badUrl(issuer.jwks_uri)) {
       let file: string | undefined
       try { file = fileURLToPath(issuer.jwks_uri) } catch { /* reported below */ }
       if (!file || !readable(file)) problems.push({ path: [...at, 'jwks_uri'], message: `cannot read ${issuer.jwks_uri}` })
@@ -75,7 +97,8 @@ export function configWarnings(config: GatewayConfig): string[] {
   ;(config.issuers ?? []).forEach((issuer, index) => {
     for (const key of ['issuer', 'jwks_uri'] as const) {
       const value = issuer[key]
-      if (!value?.startsWith('http://')) continue
+      // An `iss` need not be a URL (RFC 7519 §4.1.1 StringOrURI); what does not parse is not http:// either.
+      if (!value?.startsWith('http://') || !URL.canParse(value)) continue
       const url = new URL(value)
       if (!isLoopbackHost(url.hostname)) warnings.push(`issuers[${index}].${key} uses http:// off loopback (${url.host}): keys or tokens can be tampered with in transit`)
     }

@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
-import { LineCounter, parseDocument, isMap, isPair, isScalar, type Document } from 'yaml'
+import { LineCounter, parseDocument, isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml'
 import { GatewayConfigSchema, type GatewayConfig } from './schema.js'
 import { lintConfig } from './lint.js'
 
@@ -38,7 +38,8 @@ export function formatPath(configPath: ConfigPath): string {
   return out
 }
 
-const ajv = new Ajv({ allErrors: true, strict: false, allowUnionTypes: true })
+// `verbose` gives each error its `parentSchema`, where the schema's `x-message` lives.
+const ajv = new Ajv({ allErrors: true, verbose: true, strict: false, allowUnionTypes: true })
 ajv.addKeyword({ keyword: 'x-message', schemaType: 'string' })
 const validateSchema = ajv.compile<GatewayConfig>(GatewayConfigSchema)
 
@@ -80,6 +81,25 @@ export function loadConfigFile(fileName: string, env: NodeJS.ProcessEnv = proces
   return loadConfig(fileName, text, env)
 }
 
+/** The dotted path of the key or value at `offset` (where a YAML error points). */
+function pathAtOffset(node: unknown, offset: number, at: (string | number)[] = []): (string | number)[] {
+  const inside = (n: unknown) => {
+    const range = (n as Node | null | undefined)?.range
+    return range !== undefined && range !== null && range[0] <= offset && offset < Math.max(range[1], range[0] + 1)
+  }
+  if (isMap(node)) {
+    for (const pair of node.items) {
+      const key = isScalar(pair.key) ? pair.key.value : undefined
+      if (typeof key !== 'string' && typeof key !== 'number') continue
+      if (inside(pair.key)) return [...at, String(key)]
+      if (inside(pair.value)) return pathAtOffset(pair.value, offset, [...at, String(key)])
+    }
+  } else if (isSeq(node)) {
+    for (const [index, item] of node.items.entries()) if (inside(item)) return pathAtOffset(item, offset, [...at, index])
+  }
+  return at
+}
+
 /**
  * Parses, substitutes `${VAR}`, validates against the schema, then checks what a schema cannot
  * (references, route overlaps, pattern syntax). Throws one ConfigError holding every problem.
@@ -88,36 +108,56 @@ export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEn
   const lineCounter = new LineCounter()
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
   if (doc.errors.length > 0) {
-    throw new ConfigError(fileName, doc.errors.map((error) => {
+    throw new ConfigError(fileName, sortIssues(doc.errors.map((error) => {
       const { line, col } = lineCounter.linePos(error.pos[0])
-      return { line, col, path: '', message: error.message.split('\n')[0] ?? 'YAML syntax error' }
-    }))
+      const message = error.message.split('\n')[0] ?? 'YAML syntax error'
+      // A duplicate key is named exactly; for other syntax errors the key at the position may not be the culprit.
+      const at = error.code === 'DUPLICATE_KEY' ? formatPath(pathAtOffset(doc.contents, error.pos[0])) : ''
+      return { line, col, path: at, message }
+    })))
   }
   const locate = makeLocator(doc, lineCounter)
   const issue = (configPath: ConfigPath, message: string, atKey = false): ConfigIssue =>
     ({ ...locate(configPath, atKey), path: formatPath(configPath), message })
 
   const raw: unknown = doc.toJS({ maxAliasCount: 100 }) ?? {}
-  const issues: ConfigIssue[] = []
-  const value = substituteEnv(raw, [], env, (configPath, name) =>
-    issues.push(issue(configPath, `\${${name}} is not set`)))
-  if (issues.length > 0) throw new ConfigError(fileName, issues)
+  // A missing variable becomes '' so the rest of the file is still checked; what that '' then breaks
+  // at the same key is not reported twice.
+  const envIssues: ConfigIssue[] = []
+  const value = substituteEnv(raw, [], env, (configPath, message) => envIssues.push(issue(configPath, message)))
+  const unset = envIssues.map((envIssue) => envIssue.path)
+  const causedByEnv = (key: string) =>
+    unset.some((at) => key === at || key.startsWith(`${at}.`) || key.startsWith(`${at}[`))
+  const fail = (issues: ConfigIssue[]) => new ConfigError(fileName, sortIssues([...envIssues, ...issues]))
 
   if (!validateSchema(value)) {
-    throw new ConfigError(fileName, (validateSchema.errors ?? []).map((error) => schemaIssue(error, issue)))
+    // An unknown key is wrong whatever its value; any other error under an unset variable is its echo.
+    const errors = (validateSchema.errors ?? []).filter((error) =>
+      error.keyword === 'additionalProperties' || !causedByEnv(formatPath(instancePathOf(error))))
+    throw fail(errors.map((error) => schemaIssue(error, issue)))
   }
   const config = resolvePaths(value, path.dirname(path.resolve(fileName)))
-  const problems = lintConfig(config)
-  if (problems.length > 0) {
-    throw new ConfigError(fileName, problems.map((problem) => issue(problem.path, problem.message, problem.atKey)))
+  const problems = lintConfig(config).filter((problem) => !causedByEnv(formatPath(problem.path)))
+  if (problems.length > 0 || envIssues.length > 0) {
+    throw fail(problems.map((problem) => issue(problem.path, problem.message, problem.atKey)))
   }
   return deepFreeze(config)
 }
 
-function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey?: boolean) => ConfigIssue): ConfigIssue {
-  const configPath: (string | number)[] = error.instancePath.split('/').slice(1)
+/** File order, so `portcullis check` reads top to bottom. */
+function sortIssues(issues: ConfigIssue[]): ConfigIssue[] {
+  return issues.sort((a, b) => a.line - b.line || a.col - b.col)
+}
+
+/** `/routes/2/scopes` → `['routes', 2, 'scopes']` */
+function instancePathOf(error: ErrorObject): (string | number)[] {
+  return error.instancePath.split('/').slice(1)
     .map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'))
     .map((part) => (/^[0-9]+$/.test(part) ? Number(part) : part))
+}
+
+function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey?: boolean) => ConfigIssue): ConfigIssue {
+  const configPath = instancePathOf(error)
   const custom = (error.parentSchema as { 'x-message'?: string } | undefined)?.['x-message']
   switch (error.keyword) {
     case 'additionalProperties': {
@@ -126,7 +166,8 @@ function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey
       return issue([...configPath, key], `unknown key${hint}`, true)
     }
     case 'required':
-      return issue(configPath, `missing required key "${(error.params as { missingProperty: string }).missingProperty}"`)
+      // Located at the parent (the key is not there), but named in full.
+      return issue([...configPath, (error.params as { missingProperty: string }).missingProperty], 'is required')
     case 'enum':
       return issue(configPath, custom ?? `must be one of ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`)
     case 'pattern':
@@ -136,22 +177,32 @@ function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey
   }
 }
 
-/** `${NAME}` in any string value becomes the variable's value; `$${` stays a literal `${`. */
+// `$${` (an escaped `${`), a `${NAME}` reference, or a `${` that is neither.
+const REFERENCE = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{/g
+
+/**
+ * `${NAME}` in any string value becomes the variable's value; `$${` stays a literal `${`. Any other
+ * `${` (a typo such as `${SECRET` or `${my-secret}`) is an error: it must not become a literal secret.
+ */
 function substituteEnv(value: unknown, at: (string | number)[], env: NodeJS.ProcessEnv,
-  missing: (configPath: ConfigPath, name: string) => void): unknown {
+  report: (configPath: ConfigPath, message: string) => void): unknown {
   if (typeof value === 'string') {
     if (!value.includes('${')) return value
-    return value.replace(/\$?\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (whole, name: string) => {
-      if (whole.startsWith('$$')) return whole.slice(1)
+    return value.replace(REFERENCE, (whole, name: string | undefined) => {
+      if (whole === '$${') return '${'
+      if (name === undefined) {
+        report(at, 'has a "${" that is not a ${NAME} reference (write $${ for a literal "${")')
+        return ''
+      }
       const replacement = env[name]
-      if (replacement === undefined) { missing(at, name); return '' }
+      if (replacement === undefined) { report(at, `\${${name}} is not set`); return '' }
       return replacement
     })
   }
-  if (Array.isArray(value)) return value.map((item, index) => substituteEnv(item, [...at, index], env, missing))
+  if (Array.isArray(value)) return value.map((item, index) => substituteEnv(item, [...at, index], env, report))
   if (value !== null && typeof value === 'object') {
     const out: Record<string, unknown> = {}
-    for (const [key, item] of Object.entries(value)) out[key] = substituteEnv(item, [...at, key], env, missing)
+    for (const [key, item] of Object.entries(value)) out[key] = substituteEnv(item, [...at, key], env, report)
     return out
   }
   return value

@@ -5,6 +5,16 @@ import type { OutgoingHeaders } from './upstream-headers.js'
 
 const MAX_ECHOED_BODY = 64 * 1024
 
+/** `?a=1&a=2&b=3` → `{ a: ['1', '2'], b: '3' }`: a repeated parameter keeps every value. */
+function queryObject(query: string): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {}
+  for (const [name, value] of new URLSearchParams(query)) {
+    const prior = out[name]
+    out[name] = prior === undefined ? value : [...(Array.isArray(prior) ? prior : [prior]), value]
+  }
+  return out
+}
+
 export async function echoRequest(req: IncomingMessage, res: ServerResponse, path: string, query: string,
   headers: OutgoingHeaders, body: Readable | Buffer | null): Promise<void> {
   let bodyBytes = 0
@@ -22,7 +32,7 @@ export async function echoRequest(req: IncomingMessage, res: ServerResponse, pat
   const payload = JSON.stringify({
     method: req.method,
     path,
-    query: Object.fromEntries(new URLSearchParams(query)),
+    query: queryObject(query),
     headers,
     body: Buffer.concat(kept).toString('utf8'),
     body_bytes: bodyBytes,

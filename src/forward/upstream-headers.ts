@@ -62,6 +62,8 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
   const alsoRemoved = connectionListed(incoming.connection)
   for (const name in incoming) {
     if (removed.has(name) || alsoRemoved?.has(name)) continue
+    // CGI-style stacks (WSGI, Rack, PHP) read `X_Auth_Subject` as `X-Auth-Subject`: strip the look-alike too.
+    if (name.includes('_') && removed.has(name.replace(/_/g, '-'))) continue
     const value = incoming[name]
     if (value !== undefined) out[name] = value
   }
@@ -85,7 +87,8 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
   return out
 }
 
-const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade'])
+const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade',
+  'proxy-authenticate', 'proxy-authorization'])
 
 /** Upstream response headers minus hop-by-hop ones; node sets its own framing. */
 export function filterResponseHeaders(headers: Record<string, string | string[] | undefined>): OutgoingHeaders {

@@ -1,10 +1,13 @@
 /**
  * `routes:` → a table of compiled rules, built once at load and sorted most specific first:
- * literal segments beat `*` beat `**` (compared left to right), then a method list beats "all methods".
- * Two rules that tie (same pattern shape, overlapping methods) are a config error, never a silent pick.
+ * literal segments beat `*` beat `**` (compared left to right; a pattern that has ended beats a `**`
+ * there), then a method list beats "all methods". Two rules that tie (equally specific, a path in
+ * common, overlapping methods) are a config error, never a silent pick. A literal matches every
+ * spelling an upstream decodes the same way (`:` and `%3A`, `%C3%A9` and `%c3%a9`).
  */
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
+import { pathProblem } from './normalize.js'
 
 export type AuthMode = 'required' | 'optional' | 'none'
 
@@ -13,7 +16,7 @@ export interface CompiledRule {
   readonly index: number
   readonly path: string
   readonly regex: RegExp
-  /** Per segment: 3 literal, 2 `*`, 1 `**`; compared lexicographically, higher wins. */
+  /** Per segment: 4 literal, 3 `*`, 1 `**`; compared left to right, higher wins (see {@link compareRank}). */
   readonly rank: readonly number[]
   /** `null` means every method. */
   readonly methods: ReadonlySet<string> | null
@@ -29,7 +32,59 @@ export interface RuleProblem {
   message: string
 }
 
-const LITERAL_SEGMENT = /^[A-Za-z0-9\-._~!$&'()+,;=:@%]*$/
+const LITERAL = 4
+const STAR = 3
+/** Where a pattern has ended: it beats a `**` there (`/a` is more specific than `/a/**` for `/a`). */
+const END = 2
+const GLOBSTAR = 1
+
+const LITERAL_SEGMENT = /^[A-Za-z0-9\-._~!$&'()+,=:@%]*$/
+
+// RFC 3986 sub-delims and ":" "@": legal raw in a path, and also sent percent-encoded (encodeURIComponent).
+// Upstreams decode before routing, so `a:b`, `a%3Ab` and `a%3ab` name one resource and must meet one rule.
+const SUB_DELIMS = "!$&'()*+,=:@"
+
+function decodeEscape(hex: string): string {
+  return String.fromCharCode(parseInt(hex, 16))
+}
+
+/** One spelling per literal: sub-delims raw (but `*` stays `%2A`, never a wildcard), other escapes upper case. */
+function canonicalSegment(segment: string): string {
+  return segment.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
+    const char = decodeEscape(hex)
+    return char !== '*' && SUB_DELIMS.includes(char) ? char : escape.toUpperCase()
+  })
+}
+
+/** A pattern's segments, literals in canonical form: a literal string, `*` or `**`. `/` alone has none. */
+function patternSegments(pattern: string): string[] {
+  return pattern === '/' ? [] : pattern.slice(1).split('/').map((segment) => (segment.includes('%') ? canonicalSegment(segment) : segment))
+}
+
+function escapeRegex(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+}
+
+/** The escape of `char`, hex digits in either case: `%3[aA]`. */
+function escapeSource(char: string): string {
+  return '%' + [...char.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')]
+    .map((digit) => (/[A-F]/.test(digit) ? `[${digit}${digit.toLowerCase()}]` : digit)).join('')
+}
+
+/** Matches a literal segment in every spelling an upstream decodes to the same characters. */
+function literalSource(segment: string): string {
+  let source = ''
+  for (let i = 0; i < segment.length; i++) {
+    let char = segment[i]!
+    if (char === '%') {
+      char = decodeEscape(segment.slice(i + 1, i + 3))
+      i += 2
+      if (!SUB_DELIMS.includes(char)) { source += escapeSource(char); continue }
+    }
+    source += SUB_DELIMS.includes(char) ? `(?:${escapeRegex(char)}|${escapeSource(char)})` : escapeRegex(char)
+  }
+  return source
+}
 
 function compilePattern(pattern: string): { regex: RegExp; rank: number[] } | string {
   if (pattern === '/') return { regex: /^\/$/, rank: [] }
@@ -40,28 +95,48 @@ function compilePattern(pattern: string): { regex: RegExp; rank: number[] } | st
     if (segment === '**') {
       if (segments[i - 1] === '**') return 'has "**" twice in a row'
       source += '(?:/.*)?'
-      rank.push(1)
+      rank.push(GLOBSTAR)
     } else if (segment === '*') {
       source += '/[^/]+'
-      rank.push(2)
+      rank.push(STAR)
     } else {
       if (segment.includes('*')) return `segment "${segment}": "*" and "**" must be whole segments`
       if (segment === '' && i !== segments.length - 1) return 'has an empty segment ("//")'
       if (segment === '.' || segment === '..') return 'has a dot-segment'
-      if (!LITERAL_SEGMENT.test(segment) || /%(2f|5c|00)/i.test(segment)) return `segment "${segment}" has a character a request path cannot carry`
-      source += '/' + segment.replace(/[.+()$^|[\]{}\\]/g, '\\$&')
-      rank.push(3)
+      // A literal the request hygiene refuses could never match: say so at load time.
+      if (!LITERAL_SEGMENT.test(segment) || pathProblem(`/${segment}`)) return `segment "${segment}" has a character a request path cannot carry`
+      source += '/' + literalSource(segment)
+      rank.push(LITERAL)
     }
   }
   return { regex: new RegExp(source + '$'), rank }
 }
 
+/** Literal beats `*` beats the pattern's end beats `**`, segment by segment from the left. */
 function compareRank(a: readonly number[], b: readonly number[]): number {
   for (let i = 0; i < Math.max(a.length, b.length); i++) {
-    const diff = (b[i] ?? 0) - (a[i] ?? 0)
+    const diff = (b[i] ?? END) - (a[i] ?? END)
     if (diff !== 0) return diff
   }
   return 0
+}
+
+/** Whether some path matches both patterns (segments as from {@link patternSegments}). */
+function patternsOverlap(a: readonly string[], b: readonly string[]): boolean {
+  const seen = new Set<number>()
+  const one = (x: string, y: string) => x === y || (x === '*' && y !== '') || (y === '*' && x !== '')
+  const from = (i: number, j: number): boolean => {
+    if (i === a.length && j === b.length) return true
+    const key = i * (b.length + 1) + j
+    if (seen.has(key)) return false
+    seen.add(key)
+    const x = a[i]
+    const y = b[j]
+    if (x === '**' && (from(i + 1, j) || (y !== undefined && from(i, j + 1)))) return true
+    if (y === '**' && (from(i, j + 1) || (x !== undefined && from(i + 1, j)))) return true
+    return x !== undefined && y !== undefined && x !== '**' && y !== '**' && one(x, y) && from(i + 1, j + 1)
+  }
+  return from(0, 0)
 }
 
 /** Most specific first; ties in shape are ordered by method list presence (lists first). */
@@ -109,18 +184,22 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       const a = rules[i]!
       const b = rules[j]!
       if (compareRank(a.rank, b.rank) !== 0) break
-      if (a.regex.source !== b.regex.source) continue
-      const overlap = a.methods === null || b.methods === null
+      const methodsOverlap = a.methods === null || b.methods === null
         ? a.methods === b.methods
         : [...a.methods].some((method) => b.methods!.has(method))
-      if (overlap) {
-        const later = a.index > b.index ? a : b
-        const earlier = later === a ? b : a
-        problems.push({
-          path: ['routes', later.index, 'path'],
-          message: `ties with routes[${earlier.index}] ("${earlier.id}"): same path shape and overlapping methods`,
-        })
-      }
+      if (!methodsOverlap) continue
+      const samePattern = a.regex.source === b.regex.source
+      // Equally specific patterns that differ can still share paths once a `**` shifts a literal
+      // (`/**/a/**` and `/**/b/**` both match /a/b): no specificity order resolves those either.
+      if (!samePattern && !patternsOverlap(patternSegments(a.path), patternSegments(b.path))) continue
+      const later = a.index > b.index ? a : b
+      const earlier = later === a ? b : a
+      problems.push({
+        path: ['routes', later.index, 'path'],
+        message: samePattern
+          ? `ties with routes[${earlier.index}] ("${earlier.id}"): same path shape and overlapping methods`
+          : `ties with routes[${earlier.index}] ("${earlier.id}"): equally specific, both match some paths, overlapping methods`,
+      })
     }
   }
   return { rules, problems }

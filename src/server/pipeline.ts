@@ -5,7 +5,6 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
-import { pipeline } from 'node:stream'
 import type { FastifyBaseLogger } from 'fastify'
 import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
 import { JwtAuthenticator } from '../authn/jwt.js'
@@ -62,24 +61,49 @@ function hasBody(req: IncomingMessage): boolean {
   return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
 }
 
-async function readLimited(req: IncomingMessage, limit: number): Promise<Buffer> {
-  const chunks: Buffer[] = []
-  let size = 0
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length
-    if (size > limit) throw new RequestTooLarge(limit)
-    chunks.push(chunk as Buffer)
-  }
-  return Buffer.concat(chunks)
+// Past a limit we stop reading but never destroy the client's request: that would reset the connection
+// before the 413 goes out. The server closes the connection once the response is written.
+
+/** A form body, buffered up to `limit` bytes (it is small, and must be searched for a second token). */
+function readLimited(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let size = 0
+    const settle = (error?: Error) => {
+      req.off('data', onData).off('end', onEnd).off('error', settle).off('close', onClose)
+      if (!error) return resolve(Buffer.concat(chunks))
+      req.pause()
+      reject(error)
+    }
+    const onData = (chunk: Buffer) => {
+      size += chunk.length
+      if (size > limit) settle(new RequestTooLarge(limit))
+      else chunks.push(chunk)
+    }
+    const onEnd = () => settle()
+    const onClose = () => settle(new InvalidRequest('the request body ended early'))
+    req.on('data', onData).on('end', onEnd).on('error', settle).on('close', onClose)
+  })
+}
+
+/** A chunked body, counted as it streams to the upstream; past the limit it fails with RequestTooLarge. */
+function limitedStream(req: IncomingMessage, limit: number): BodyLimit {
+  const limiter = new BodyLimit(limit)
+  limiter.on('error', () => { req.unpipe(limiter); req.pause() })
+  // A client gone mid-body must abort the upstream request, which would otherwise wait for the rest.
+  req.on('close', () => { if (!req.complete) limiter.destroy(new InvalidRequest('the request body ended early')) })
+  return req.pipe(limiter)
 }
 
 /** The request body as the upstream gets it: streamed, size-checked, or buffered for form bodies. */
-async function requestBody(req: IncomingMessage, rule: CompiledRule): Promise<Readable | Buffer | null> {
+async function requestBody(req: IncomingMessage, rule: CompiledRule, principal: Principal | undefined): Promise<Readable | Buffer | null> {
   if (!hasBody(req)) return null
   const length = req.headers['content-length']
   if (length !== undefined && !(Number(length) <= rule.maxBodySize)) throw new RequestTooLarge(rule.maxBodySize)
-  // RFC 6750 §2.2: a form body may carry access_token; read it (bounded) to refuse a second token.
-  if (rule.auth !== 'none' && FORM_CONTENT_TYPE.test(req.headers['content-type'] ?? '')) {
+  // RFC 6750 §2.2 and §3.1: a form body may carry access_token too; when a header token was accepted, read
+  // the form (bounded) to refuse the second token. Only after authentication, so that anonymous clients
+  // cannot make the gateway buffer bodies.
+  if (principal !== undefined && FORM_CONTENT_TYPE.test(req.headers['content-type'] ?? '')) {
     const body = await readLimited(req, rule.maxBodySize)
     if (new URLSearchParams(body.toString('latin1')).has('access_token')) {
       throw new InvalidRequest('access tokens in the request body are not accepted; use the Authorization header')
@@ -87,8 +111,7 @@ async function requestBody(req: IncomingMessage, rule: CompiledRule): Promise<Re
     return body
   }
   if (length !== undefined) return req  // Node's parser enforces the declared length
-  const limiter = new BodyLimit(rule.maxBodySize)
-  return pipeline(req, limiter, () => { /* errors surface through the upstream request */ })
+  return limitedStream(req, rule.maxBodySize)
 }
 
 export class GatewayPipeline {
@@ -104,14 +127,18 @@ export class GatewayPipeline {
     const rt = this.rt
     const { path, query } = splitRequestTarget(req.url ?? '')
     const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)
-    const body = await requestBody(req, rule)
+    // A declared length over the limit costs nothing to refuse: before the token is even looked at.
+    if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
     const principal = await authenticate(rt, req, rule, query)
+    const body = await requestBody(req, rule, principal)
     const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (upstream.echo) return echoRequest(req, res, path, query, headers, body)
     try {
       await forwardRequest(upstream, req, res, headers, body)
     } catch (error) {
+      // The client went away mid-body: the upstream request was aborted for it, not failed by the upstream.
+      if (req.destroyed && !req.complete) throw new InvalidRequest('the request body ended early', { detail: 'client_aborted', cause: error })
       throw upstreamFailure(error, upstream.name)
     }
   }

@@ -20,6 +20,10 @@ export interface RecordingUpstream {
   requests: RecordedRequest[]
   /** Upgrade requests the WebSocket server accepted. */
   upgrades: http.IncomingHttpHeaders[]
+  /** Requests whose body never completed (the sender aborted mid-body): what had arrived by then. */
+  incomplete: Array<{ method: string; url: string; bodyBytes: number }>
+  /** Request body bytes received so far, over all requests (also while a body is still arriving). */
+  readonly bodyBytesReceived: number
   /** Max resident heap growth seen while a body streamed in (bytes), for streaming assertions. */
   close(): Promise<void>
 }
@@ -28,15 +32,20 @@ export interface UpstreamOptions {
   /** Requests to a path starting with /slow wait this long before answering. */
   slowMs?: number
   tls?: { cert: string | Buffer; key: string | Buffer }
+  /** Extra headers on every (non-upgrade) response, e.g. hop-by-hop ones the gateway must drop. */
+  responseHeaders?: http.OutgoingHttpHeaders
 }
 
 export async function startRecordingUpstream(options: UpstreamOptions = {}): Promise<RecordingUpstream> {
   const requests: RecordedRequest[] = []
   const upgrades: http.IncomingHttpHeaders[] = []
+  const incomplete: RecordingUpstream['incomplete'] = []
+  let bodyBytesReceived = 0
   const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
     const hash = createHash('sha256')
     let bodyBytes = 0
-    req.on('data', (chunk: Buffer) => { bodyBytes += chunk.length; hash.update(chunk) })
+    req.on('data', (chunk: Buffer) => { bodyBytes += chunk.length; bodyBytesReceived += chunk.length; hash.update(chunk) })
+    req.on('close', () => { if (!req.complete) incomplete.push({ method: req.method!, url: req.url!, bodyBytes }) })
     req.on('end', () => {
       requests.push({
         method: req.method!, url: req.url!, headers: req.headers, rawHeaders: req.rawHeaders,
@@ -50,6 +59,7 @@ export async function startRecordingUpstream(options: UpstreamOptions = {}): Pro
           connection: 'keep-alive, x-upstream-private',
           'x-upstream-private': 'hop-by-hop',
           'set-cookie': ['a=1', 'b=2'],
+          ...options.responseHeaders,
         })
         res.end(body)
       }
@@ -73,6 +83,8 @@ export async function startRecordingUpstream(options: UpstreamOptions = {}): Pro
     port,
     requests,
     upgrades,
+    incomplete,
+    get bodyBytesReceived() { return bodyBytesReceived },
     close: async () => {
       for (const client of wss.clients) client.terminate()
       wss.close()

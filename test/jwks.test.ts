@@ -1,0 +1,339 @@
+/**
+ * The per-issuer JWKS cache end to end: rotation, an unreachable JWKS endpoint, floods of unknown kids,
+ * discovery (RFC 8414) and static file:// key sets. Time is the gateway's injected clock; the issuer
+ * counts how often its /jwks was fetched.
+ */
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { pathToFileURL } from 'node:url'
+import { describe, expect, it, type TestContext } from 'vitest'
+import { exportJWK, SignJWT, type JWTPayload } from 'jose'
+import { closedPort, startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
+import { createSigningKey, signWith, startTestIssuer, type SigningKey, type TestIssuer } from './support/issuer.js'
+import { startGateway, testConfig, type RunningGateway, type StartOptions } from './support/gateway.js'
+
+const INVALID_TOKEN_CHALLENGE = 'Bearer realm="test", error="invalid_token", error_description="the access token is invalid or expired"'
+
+/** A clock the test moves by hand; tokens are minted against it so they never expire by accident. */
+function testClock() {
+  let now = Date.now()
+  return {
+    now: () => now,
+    advance(ms: number) { now += ms },
+    seconds: () => Math.floor(now / 1000),
+  }
+}
+type Clock = ReturnType<typeof testClock>
+
+interface Harness {
+  upstream: RecordingUpstream
+  issuer: TestIssuer
+  gateway: RunningGateway
+  clock: Clock
+}
+
+async function start(context: TestContext, options: {
+  issuerExtra?: Record<string, unknown>
+  /** Called with the issuer before the gateway boots (to take it down, rotate, …). */
+  before?: (issuer: TestIssuer) => void | Promise<void>
+  /** Rewrites the config's issuer entry (discovery, file://, …). */
+  issuerConfig?: (issuer: TestIssuer) => Record<string, unknown>
+  issuerOptions?: { path?: string }
+  gatewayOptions?: StartOptions
+} = {}): Promise<Harness> {
+  const clock = testClock()
+  const [upstream, issuer] = await Promise.all([startRecordingUpstream(), startTestIssuer(options.issuerOptions)])
+  context.onTestFinished(() => Promise.all([upstream.close(), issuer.close()]).then(() => undefined))
+  await options.before?.(issuer)
+  const config = testConfig({ upstream, issuer, ...(options.issuerExtra && { issuerExtra: options.issuerExtra }) })
+  if (options.issuerConfig) config.issuers = [options.issuerConfig(issuer)]
+  const gateway = await startGateway(config, { now: clock.now, ...options.gatewayOptions })
+  context.onTestFinished(() => gateway.close())
+  return { upstream, issuer, gateway, clock }
+}
+
+function claimsAt(clock: Clock, issuer: { issuer: string; audience: string }, extra: JWTPayload = {}): JWTPayload {
+  return { iss: issuer.issuer, aud: issuer.audience, sub: 'user-1', iat: clock.seconds(), exp: clock.seconds() + 300, ...extra }
+}
+
+/** A token from the issuer's current ES256 key (or `key`), valid at the gateway's clock. */
+function tokenAt(harness: Harness, options: { key?: SigningKey; kid?: string } = {}): Promise<string> {
+  const key = options.key ?? harness.issuer.keys.find((k) => k.alg === 'ES256')!
+  return signWith(key, claimsAt(harness.clock, harness.issuer), options.kid ? { kid: options.kid } : {})
+}
+
+function call(harness: Harness, token: string): Promise<Response> {
+  return fetch(`${harness.gateway.url}/orders`, { headers: { authorization: `Bearer ${token}` } })
+}
+
+async function expectAccepted(harness: Harness, token: string): Promise<void> {
+  const before = harness.upstream.requests.length
+  const res = await call(harness, token)
+  expect(res.status).toBe(200)
+  expect(harness.upstream.requests).toHaveLength(before + 1)
+}
+
+async function expectInvalidToken(harness: Harness, token: string): Promise<void> {
+  const before = harness.upstream.requests.length
+  const res = await call(harness, token)
+  expect(res.status).toBe(401)
+  expect(res.headers.get('www-authenticate')).toBe(INVALID_TOKEN_CHALLENGE)
+  expect(await res.json()).toEqual({ error: 'invalid_token', error_description: 'the access token is invalid or expired' })
+  expect(harness.upstream.requests).toHaveLength(before)
+}
+
+async function expectUnavailable(harness: Harness, token: string, retryAfter: string): Promise<void> {
+  const res = await call(harness, token)
+  expect(res.status).toBe(503)
+  expect(res.headers.get('retry-after')).toBe(retryAfter)
+  expect(res.headers.get('www-authenticate')).toBeNull()
+  expect(res.headers.get('content-type')).toBe('application/json; charset=utf-8')
+  expect(await res.json()).toEqual({ error: 'temporarily_unavailable', error_description: 'the service is temporarily unavailable' })
+  expect(harness.upstream.requests).toHaveLength(0)
+}
+
+function reasonsLogged(gateway: RunningGateway): unknown[] {
+  return gateway.logs.map((line) => JSON.parse(line) as { msg?: string; reason?: unknown })
+    .filter((entry) => entry.msg === 'request denied').map((entry) => entry.reason)
+}
+
+/** Lets a background refresh (stale-while-revalidate) finish before counting fetches. */
+async function settle(issuer: TestIssuer, fetches: number): Promise<void> {
+  for (let i = 0; i < 100 && issuer.jwksFetches < fetches; i++) await new Promise((resolve) => setTimeout(resolve, 10))
+  await new Promise((resolve) => setTimeout(resolve, 20))
+}
+
+const COOLDOWN_MS = 30_000
+
+describe('key rotation at the issuer', () => {
+  it('accepts a new kid after a refetch, which the cooldown allows once per 30s', async (context) => {
+    const harness = await start(context)
+    await expectAccepted(harness, await tokenAt(harness))
+    expect(harness.issuer.jwksFetches).toBe(1)
+    const fresh = await harness.issuer.rotate('ES256')
+    // Within the cooldown of the boot-time fetch: the unknown kid does not trigger a fetch.
+    await expectInvalidToken(harness, await tokenAt(harness, { key: fresh }))
+    expect(harness.issuer.jwksFetches).toBe(1)
+    expect(reasonsLogged(harness.gateway)).toEqual(['unknown_kid'])
+    harness.clock.advance(COOLDOWN_MS + 1)
+    await expectAccepted(harness, await tokenAt(harness, { key: fresh }))
+    expect(harness.issuer.jwksFetches).toBe(2)
+    // The old key is still published and still works, without another fetch.
+    await expectAccepted(harness, await tokenAt(harness, { key: harness.issuer.keys[1]! }))
+    expect(harness.issuer.jwksFetches).toBe(2)
+    expect(harness.gateway.logs.some((line) => line.includes('issuer key set changed') && line.includes(fresh.kid))).toBe(true)
+  })
+
+  it('refuses tokens of a key the issuer withdrew once the new set is fetched', async (context) => {
+    const harness = await start(context)
+    const old = harness.issuer.keys.find((key) => key.alg === 'ES256')!
+    await expectAccepted(harness, await tokenAt(harness, { key: old }))
+    const fresh = await harness.issuer.rotate('ES256', true)
+    harness.clock.advance(COOLDOWN_MS + 1)
+    await expectAccepted(harness, await tokenAt(harness, { key: fresh }))
+    await expectInvalidToken(harness, await tokenAt(harness, { key: old }))
+    expect(harness.issuer.jwksFetches).toBe(2)
+  })
+
+  it('picks up a rotation in the background once the key set is older than jwks_max_age', async (context) => {
+    const harness = await start(context, { issuerExtra: { jwks_max_age: '5m' } })
+    await expectAccepted(harness, await tokenAt(harness))
+    const fresh = await harness.issuer.rotate('ES256', true)
+    harness.clock.advance(5 * 60_000 + 1)
+    // Served from the cached set while the refresh runs.
+    await expectAccepted(harness, await tokenAt(harness, { key: harness.issuer.keys.find((k) => k.alg === 'RS256')! }))
+    await settle(harness.issuer, 2)
+    expect(harness.issuer.jwksFetches).toBe(2)
+    await expectAccepted(harness, await tokenAt(harness, { key: fresh }))
+    expect(harness.issuer.jwksFetches).toBe(2)
+  })
+
+  it('honours a shorter jwks_cooldown', async (context) => {
+    const harness = await start(context, { issuerExtra: { jwks_cooldown: '2s' } })
+    await expectAccepted(harness, await tokenAt(harness))
+    const fresh = await harness.issuer.rotate('ES256')
+    harness.clock.advance(2001)
+    await expectAccepted(harness, await tokenAt(harness, { key: fresh }))
+    expect(harness.issuer.jwksFetches).toBe(2)
+  })
+})
+
+describe('JWKS endpoint down', () => {
+  it('keeps using the cached keys when the JWKS endpoint fails', async (context) => {
+    const harness = await start(context)
+    const token = await tokenAt(harness)
+    await expectAccepted(harness, token)
+    harness.issuer.setDown(true)
+    // Past max age (10m by default): a background refresh fails, the cached keys keep working.
+    harness.clock.advance(11 * 60_000)
+    await expectAccepted(harness, await tokenAt(harness))
+    await settle(harness.issuer, 2)
+    expect(harness.issuer.jwksFetches).toBe(2)
+    await expectAccepted(harness, await tokenAt(harness, { key: harness.issuer.keys.find((k) => k.alg === 'RS256')! }))
+    // An unknown kid past the cooldown tries once more, fails, and is an invalid token — not a 503.
+    harness.clock.advance(COOLDOWN_MS + 1)
+    await expectInvalidToken(harness, await tokenAt(harness, { kid: 'not-published' }))
+    expect(harness.issuer.jwksFetches).toBe(3)
+    await expectAccepted(harness, await tokenAt(harness))
+    expect(harness.gateway.logs.some((line) => line.includes('key set refresh failed; keeping the keys already fetched'))).toBe(true)
+  })
+
+  it('answers 503 temporarily_unavailable with Retry-After when no key set could ever be fetched', async (context) => {
+    const harness = await start(context, { before: (issuer) => issuer.setDown(true) })
+    const token = await tokenAt(harness)
+    await expectUnavailable(harness, token, '30')
+    const fetchesAfterBoot = harness.issuer.jwksFetches
+    expect(fetchesAfterBoot).toBe(1)
+    // Retry-After counts down to the end of the cooldown; no fetch is attempted before it.
+    harness.clock.advance(10_000)
+    await expectUnavailable(harness, token, '20')
+    expect(harness.issuer.jwksFetches).toBe(1)
+    const failure = harness.gateway.logs.map((line) => JSON.parse(line) as Record<string, unknown>).find((entry) => entry.msg === 'request failed')
+    expect(failure).toMatchObject({ status: 503, error: 'temporarily_unavailable' })
+    expect(harness.gateway.logs.join('')).not.toContain(token)
+    // The issuer comes back: the next attempt after the cooldown succeeds.
+    harness.issuer.setDown(false)
+    harness.clock.advance(COOLDOWN_MS)
+    await expectAccepted(harness, await tokenAt(harness))
+    expect(harness.issuer.jwksFetches).toBe(2)
+  })
+
+  it('answers 503, never 500, when the JWKS URL refuses connections', async (context) => {
+    const port = await closedPort()
+    const harness = await start(context, { issuerExtra: { jwks_uri: `http://127.0.0.1:${port}/jwks` } })
+    await expectUnavailable(harness, await tokenAt(harness), '30')
+  })
+
+  it('answers 401, not 503, for a token of an unknown issuer while the JWKS is down', async (context) => {
+    const harness = await start(context, { before: (issuer) => issuer.setDown(true) })
+    const token = await signWith(harness.issuer.keys[0]!, claimsAt(harness.clock, { issuer: 'https://other.example/', audience: harness.issuer.audience }))
+    await expectInvalidToken(harness, token)
+    expect(reasonsLogged(harness.gateway)).toEqual(['unknown_issuer'])
+  })
+})
+
+describe('floods of unknown kids', () => {
+  it('fetches the JWKS at most once per cooldown for 50 concurrent unknown kids', async (context) => {
+    const harness = await start(context)
+    await expectAccepted(harness, await tokenAt(harness))
+    expect(harness.issuer.jwksFetches).toBe(1)
+    const flood = async (label: string) => {
+      const tokens = await Promise.all(Array.from({ length: 50 }, (_, i) => tokenAt(harness, { kid: `${label}-${i}` })))
+      const responses = await Promise.all(tokens.map((token) => call(harness, token)))
+      for (const res of responses) {
+        expect(res.status).toBe(401)
+        expect(res.headers.get('www-authenticate')).toBe(INVALID_TOKEN_CHALLENGE)
+        await res.arrayBuffer()
+      }
+    }
+    // Within the cooldown of the boot-time fetch: no fetch at all.
+    await flood('early')
+    expect(harness.issuer.jwksFetches).toBe(1)
+    // Past the cooldown: exactly one fetch for the whole flood.
+    harness.clock.advance(COOLDOWN_MS + 1)
+    await flood('first')
+    expect(harness.issuer.jwksFetches).toBe(2)
+    await flood('second')
+    expect(harness.issuer.jwksFetches).toBe(2)
+    // After the next cooldown, one more fetch is allowed.
+    harness.clock.advance(COOLDOWN_MS + 1)
+    await expectInvalidToken(harness, await tokenAt(harness, { kid: 'later' }))
+    expect(harness.issuer.jwksFetches).toBe(3)
+    await flood('third')
+    expect(harness.issuer.jwksFetches).toBe(3)
+    expect(harness.upstream.requests).toHaveLength(1)
+    // Known keys kept working throughout.
+    await expectAccepted(harness, await tokenAt(harness))
+  })
+
+  it('sends 50 concurrent first requests down one fetch when the boot fetch failed', async (context) => {
+    const harness = await start(context, { before: (issuer) => issuer.setDown(true) })
+    await settle(harness.issuer, 1)
+    expect(harness.issuer.jwksFetches).toBe(1)
+    harness.issuer.setDown(false)
+    harness.clock.advance(COOLDOWN_MS + 1)
+    const tokens = await Promise.all(Array.from({ length: 50 }, () => tokenAt(harness)))
+    const responses = await Promise.all(tokens.map((token) => call(harness, token)))
+    expect(responses.map((res) => res.status)).toEqual(Array(50).fill(200))
+    expect(harness.issuer.jwksFetches).toBe(2)
+  })
+})
+
+describe('where the keys come from', () => {
+  it('resolves jwks_uri through RFC 8414 metadata with discovery: true', async (context) => {
+    const harness = await start(context, {
+      issuerConfig: (issuer) => ({ issuer: issuer.issuer, discovery: true, audience: [issuer.audience], algorithms: ['ES256'] }),
+    })
+    await expectAccepted(harness, await tokenAt(harness))
+    expect(harness.issuer.jwksFetches).toBe(1)
+  })
+
+  it('inserts the well-known path before the issuer path (RFC 8414 §3.1)', async (context) => {
+    const harness = await start(context, {
+      issuerOptions: { path: '/tenants/acme' },
+      issuerConfig: (issuer) => ({ issuer: issuer.issuer, discovery: true, audience: [issuer.audience] }),
+    })
+    expect(harness.issuer.issuer).toMatch(/\/tenants\/acme$/)
+    await expectAccepted(harness, await tokenAt(harness))
+  })
+
+  it('refuses metadata whose issuer differs from the configured one (RFC 8414 §3.3): 503, keys never fetched', async (context) => {
+    const harness = await start(context, {
+      issuerConfig: (issuer) => ({ issuer: `${issuer.issuer}/`, discovery: true, audience: [issuer.audience] }),
+    })
+    const token = await signWith(harness.issuer.keys[0]!, claimsAt(harness.clock, { issuer: `${harness.issuer.issuer}/`, audience: harness.issuer.audience }))
+    await expectUnavailable(harness, token, '30')
+    expect(harness.issuer.jwksFetches).toBe(0)
+    expect(harness.gateway.logs.some((line) => line.includes('differs'))).toBe(true)
+  })
+
+  it('reads a static file:// JWKS', async (context) => {
+    const key = await createSigningKey('ES256')
+    const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-jwks-'))
+    const file = path.join(dir, 'jwks.json')
+    writeFileSync(file, JSON.stringify({ keys: [key.publicJwk] }))
+    const harness = await start(context, {
+      issuerConfig: () => ({ issuer: 'https://static.example.com/', jwks_uri: pathToFileURL(file).href, audience: ['orders-api'] }),
+    })
+    const staticIssuer = { issuer: 'https://static.example.com/', audience: 'orders-api' }
+    await expectAccepted(harness, await signWith(key, claimsAt(harness.clock, staticIssuer)))
+    await expectInvalidToken(harness, await signWith(await createSigningKey('ES256', key.kid), claimsAt(harness.clock, staticIssuer)))
+  })
+
+  it('reads a jwks_file relative to the config file', async (context) => {
+    const key = await createSigningKey('RS256')
+    const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-jwks-'))
+    writeFileSync(path.join(dir, 'keys.json'), JSON.stringify({ keys: [key.publicJwk] }))
+    const harness = await start(context, {
+      issuerConfig: () => ({ issuer: 'https://static.example.com/', jwks_file: 'keys.json', audience: ['orders-api'] }),
+      gatewayOptions: { dir },
+    })
+    await expectAccepted(harness, await signWith(key, claimsAt(harness.clock, { issuer: 'https://static.example.com/', audience: 'orders-api' })))
+  })
+
+  it('never uses an oct key from the JWKS, nor a published private key, and still uses the others', async (context) => {
+    const secret = new TextEncoder().encode('a-shared-secret-of-at-least-32-bytes!!')
+    const good = await createSigningKey('ES256')
+    const leaked = await createSigningKey('RS256')
+    const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-jwks-'))
+    const file = path.join(dir, 'jwks.json')
+    writeFileSync(file, JSON.stringify({
+      keys: [
+        { kty: 'oct', kid: 'shared', alg: 'HS256', use: 'sig', k: Buffer.from(secret).toString('base64url') },
+        { kty: 'oct', kid: 'shared-es', alg: 'ES256', use: 'sig', k: Buffer.from(secret).toString('base64url') },
+        { ...(await exportJWK(leaked.privateKey)), kid: leaked.kid, alg: 'RS256', use: 'sig' },
+        good.publicJwk,
+      ],
+    }))
+    const staticIssuer = { issuer: 'https://static.example.com/', audience: 'orders-api' }
+    const harness = await start(context, {
+      issuerConfig: () => ({ issuer: staticIssuer.issuer, jwks_uri: pathToFileURL(file).href, audience: ['orders-api'] }),
+    })
+    const hs256 = await new SignJWT(claimsAt(harness.clock, staticIssuer)).setProtectedHeader({ alg: 'HS256', kid: 'shared', typ: 'at+jwt' }).sign(secret)
+    await expectInvalidToken(harness, hs256)
+    await expectInvalidToken(harness, await signWith(leaked, claimsAt(harness.clock, staticIssuer)))
+    await expectAccepted(harness, await signWith(good, claimsAt(harness.clock, staticIssuer)))
+    expect(reasonsLogged(harness.gateway)).toEqual(['algorithm_not_allowed', 'unknown_kid'])
+  })
+})
