@@ -14,8 +14,8 @@ import { JwtAuthenticator } from './authn/jwt.js'
 import { compileRules } from './rules/compile.js'
 import { createUpstream, type Upstream } from './forward/proxy.js'
 import { createHeaderPolicy } from './forward/upstream-headers.js'
-import { HeadersTooLarge, InvalidRequest } from './errors/oauth-errors.js'
-import { errorBody, errorHeaders } from './errors/render.js'
+import { HeadersTooLarge, MalformedRequest } from './errors/oauth-errors.js'
+import { errorBody, errorHeaders, renderErrorOnSocket } from './errors/render.js'
 import { GatewayPipeline } from './server/pipeline.js'
 
 export interface GatewayOptions {
@@ -29,10 +29,9 @@ export interface GatewayOptions {
 export const REDACTED_PATHS = ['req.headers.authorization', 'req.headers.cookie', 'req.headers["proxy-authorization"]']
 
 function clientErrorResponse(error: NodeJS.ErrnoException, realm: string): string {
-  const failure = error.code === 'HPE_HEADER_OVERFLOW' ? new HeadersTooLarge() : new InvalidRequest('malformed HTTP request')
+  const failure = error.code === 'HPE_HEADER_OVERFLOW' ? new HeadersTooLarge() : new MalformedRequest('malformed HTTP request')
   const body = errorBody(failure)
-  const headers: Record<string, string> = { ...errorHeaders(failure, realm), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
-  delete headers['www-authenticate']
+  const headers = { ...errorHeaders(failure, realm), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
   const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join('\r\n')
   return `HTTP/1.1 ${failure.status} ${failure.status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n${head}\r\n\r\n${body}`
 }
@@ -69,6 +68,11 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
         }, handler)
         : http.createServer({ maxHeaderSize }, handler)
       server.on('upgrade', (req, socket, head) => pipeline!.handleUpgrade(req, socket, head))
+      // CONNECT carries an authority-form target: this is no forward proxy, so refuse it in JSON.
+      server.on('connect', (_req, socket: Socket) => {
+        socket.on('error', () => socket.destroy())
+        renderErrorOnSocket(socket, new MalformedRequest('the request target must be origin-form (/path)'), realm)
+      })
       return server
     },
     clientErrorHandler: (error, socket: Socket) => {

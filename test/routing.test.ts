@@ -225,11 +225,27 @@ describe('path hygiene', () => {
     expect(routing.received()).toEqual({ main: [] })
   })
 
-  it('never forwards a CONNECT (authority-form) request', async () => {
+  it('answers a CONNECT (authority-form) request with 400 invalid_request JSON and opens no tunnel', async () => {
     const res = await raw(routing.gateway, '127.0.0.1:80', 'CONNECT')
-    // Node hands CONNECT to a 'connect' listener, and without one it drops the connection: either way, no tunnel.
-    expect([0, 400]).toContain(res.status)
-    expect(res.raw).not.toMatch(/^HTTP\/1\.1 2/)
+    expect(res.status).toBe(400)
+    expect(header(res.headers, 'www-authenticate')).toBeUndefined()
+    expect(JSON.parse(res.body)).toMatchObject({ error: 'invalid_request' })
+    expect(routing.received()).toEqual({ main: [] })
+  })
+
+  it('answers 400 to a path trick without a Bearer challenge: it is not about the token', async () => {
+    const res = await raw(routing.gateway, '/public/../admin')
+    expect(res.status).toBe(400)
+    expect(header(res.headers, 'www-authenticate')).toBeUndefined()
+  })
+
+  it('answers 405 to a method no route can name (TRACE, PROPFIND), even on an all-methods route, forwarding nothing', async () => {
+    for (const method of ['TRACE', 'PROPFIND']) {
+      const res = await raw(routing.gateway, '/public/admin', method)
+      expect(res.status).toBe(405)
+      expect(header(res.headers, 'allow')!.split(', ').sort()).toEqual(['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT'])
+      expect(JSON.parse(res.body)).toMatchObject({ error: 'method_not_allowed' })
+    }
     expect(routing.received()).toEqual({ main: [] })
   })
 

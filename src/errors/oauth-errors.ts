@@ -35,6 +35,14 @@ export class InvalidRequest extends GatewayError {
   readonly status = 400
   override readonly challenge = true
 }
+/**
+ * A request the gateway cannot read one way only (path tricks, non-origin-form targets, a body cut short):
+ * `invalid_request` too, but not about the token, so no Bearer challenge.
+ */
+export class MalformedRequest extends GatewayError {
+  readonly code = 'invalid_request'
+  readonly status = 400
+}
 export class InvalidToken extends GatewayError {
   readonly code = 'invalid_token'
   readonly status = 401

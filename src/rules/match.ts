@@ -1,7 +1,15 @@
+import { HTTP_METHODS } from '../config/schema.js'
 import type { CompiledRule } from './compile.js'
+
+/**
+ * The methods a route can name; a route without `methods` means all of these. Anything else (TRACE,
+ * CONNECT, WebDAV verbs, …) matches no route: a method you cannot write in the config is never forwarded.
+ */
+const ROUTABLE_METHODS: ReadonlySet<string> = new Set(HTTP_METHODS)
 
 /** The most specific rule for this method and path, or undefined (then see {@link allowedMethods}). */
 export function matchRule(rules: readonly CompiledRule[], method: string, path: string): CompiledRule | undefined {
+  if (!ROUTABLE_METHODS.has(method)) return undefined
   for (const rule of rules) {
     if ((rule.methods === null || rule.methods.has(method)) && rule.regex.test(path)) return rule
   }
@@ -13,8 +21,7 @@ export function allowedMethods(rules: readonly CompiledRule[], path: string): st
   const allowed = new Set<string>()
   for (const rule of rules) {
     if (!rule.regex.test(path)) continue
-    if (rule.methods === null) return []  // unreachable when matchRule failed; kept total
-    for (const method of rule.methods) allowed.add(method)
+    for (const method of rule.methods ?? ROUTABLE_METHODS) allowed.add(method)
   }
   return [...allowed]
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { InvalidRequest } from '../errors/oauth-errors.js'
+import { MalformedRequest } from '../errors/oauth-errors.js'
 import { splitRequestTarget } from './normalize.js'
 
 function refusal(url: string): unknown {
@@ -70,8 +70,8 @@ describe('splitRequestTarget', () => {
     ['an empty target', ''],
   ])('refuses %s (%s) as invalid_request', (_what, url) => {
     const error = refusal(url)
-    expect(error).toBeInstanceOf(InvalidRequest)
-    expect((error as InvalidRequest).code).toBe('invalid_request')
-    expect((error as InvalidRequest).status).toBe(400)
+    expect(error).toBeInstanceOf(MalformedRequest)
+    expect((error as MalformedRequest).code).toBe('invalid_request')
+    expect((error as MalformedRequest).status).toBe(400)
   })
 })

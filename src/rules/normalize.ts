@@ -2,7 +2,7 @@
  * Request-target hygiene, before matching (ARCHITECTURE "Normalize"): anything an upstream could read
  * differently from us is refused, so the path a rule matched is byte for byte the path forwarded.
  */
-import { InvalidRequest } from '../errors/oauth-errors.js'
+import { MalformedRequest } from '../errors/oauth-errors.js'
 
 // Percent-encodings that are equivalent to a plain character (RFC 3986 §2.3 unreserved) or that change
 // the path's structure (/ \ ; NUL and other controls): refused rather than decoded.
@@ -27,11 +27,11 @@ export function pathProblem(path: string): string | undefined {
 
 /** Splits `req.url` into path and query (`?…` included, untouched), or throws InvalidRequest. */
 export function splitRequestTarget(url: string): { path: string; query: string } {
-  if (url.charCodeAt(0) !== 47 /* / */) throw new InvalidRequest('the request target must be origin-form (/path)')
+  if (url.charCodeAt(0) !== 47 /* / */) throw new MalformedRequest('the request target must be origin-form (/path)')
   const q = url.indexOf('?')
   const path = q === -1 ? url : url.slice(0, q)
   const query = q === -1 ? '' : url.slice(q)
   const problem = pathProblem(path)
-  if (problem) throw new InvalidRequest(problem)
+  if (problem) throw new MalformedRequest(problem)
   return { path, query }
 }

@@ -11,8 +11,8 @@ import { JwtAuthenticator } from '../authn/jwt.js'
 import type { Principal } from '../authn/principal.js'
 import { requireScopes } from '../authz/scopes.js'
 import {
-  BadGateway, GatewayError, InvalidRequest, InvalidToken, MethodNotAllowed, MissingToken, NoMatchingRoute,
-  RequestTooLarge, ServerError,
+  BadGateway, GatewayError, InvalidRequest, InvalidToken, MalformedRequest, MethodNotAllowed, MissingToken,
+  NoMatchingRoute, RequestTooLarge, ServerError,
 } from '../errors/oauth-errors.js'
 import { renderError, renderErrorOnSocket } from '../errors/render.js'
 import { echoRequest } from '../forward/echo.js'
@@ -81,7 +81,7 @@ function readLimited(req: IncomingMessage, limit: number): Promise<Buffer> {
       else chunks.push(chunk)
     }
     const onEnd = () => settle()
-    const onClose = () => settle(new InvalidRequest('the request body ended early'))
+    const onClose = () => settle(new MalformedRequest('the request body ended early'))
     req.on('data', onData).on('end', onEnd).on('error', settle).on('close', onClose)
   })
 }
@@ -91,7 +91,7 @@ function limitedStream(req: IncomingMessage, limit: number): BodyLimit {
   const limiter = new BodyLimit(limit)
   limiter.on('error', () => { req.unpipe(limiter); req.pause() })
   // A client gone mid-body must abort the upstream request, which would otherwise wait for the rest.
-  req.on('close', () => { if (!req.complete) limiter.destroy(new InvalidRequest('the request body ended early')) })
+  req.on('close', () => { if (!req.complete) limiter.destroy(new MalformedRequest('the request body ended early')) })
   return req.pipe(limiter)
 }
 
@@ -138,7 +138,7 @@ export class GatewayPipeline {
       await forwardRequest(upstream, req, res, headers, body)
     } catch (error) {
       // The client went away mid-body: the upstream request was aborted for it, not failed by the upstream.
-      if (req.destroyed && !req.complete) throw new InvalidRequest('the request body ended early', { detail: 'client_aborted', cause: error })
+      if (req.destroyed && !req.complete) throw new MalformedRequest('the request body ended early', { detail: 'client_aborted', cause: error })
       throw upstreamFailure(error, upstream.name)
     }
   }
@@ -173,7 +173,7 @@ export class GatewayPipeline {
 
   private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const rt = this.rt
-    if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new InvalidRequest('only WebSocket upgrades are forwarded')
+    if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new MalformedRequest('only WebSocket upgrades are forwarded')
     const { path, query } = splitRequestTarget(req.url ?? '')
     const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)
     const principal = await authenticate(rt, req, rule, query)
