@@ -3,45 +3,16 @@
  * recording upstream and a jose-signed issuer. Every rejection asserts the status, the exact challenge,
  * the JSON body and that nothing reached the upstream.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it, type TestContext } from 'vitest'
-import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
-import { startTestIssuer, type TestIssuer } from './support/issuer.js'
-import { rawRequest, startGateway, testConfig, type RunningGateway } from './support/gateway.js'
-
-interface Harness {
-  upstream: RecordingUpstream
-  issuer: TestIssuer
-  gateway: RunningGateway
-}
-
-type Parts = { server?: Record<string, unknown> }
-
-async function boot(parts: Parts): Promise<Harness> {
-  const [upstream, issuer] = await Promise.all([startRecordingUpstream(), startTestIssuer()])
-  const gateway = await startGateway(testConfig({ upstream, issuer, ...parts }))
-  return { upstream, issuer, gateway }
-}
-
-async function shutdown({ upstream, issuer, gateway }: Harness): Promise<void> {
-  await gateway.close()
-  await Promise.all([upstream.close(), issuer.close()])
-}
-
-/** A gateway of its own for a test that needs a different config. */
-async function start(context: TestContext, parts: Parts): Promise<Harness> {
-  const harness = await boot(parts)
-  context.onTestFinished(() => shutdown(harness))
-  return harness
-}
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import type { RecordingUpstream } from './support/upstream.js'
+import { bootHarness, resetHarness, shutdownHarness, startHarness, type Harness } from './support/harness.js'
+import { rawRequest } from './support/gateway.js'
 
 // One default gateway for the whole file: every test starts with no recorded request and no log line.
 let shared: Harness
-beforeAll(async () => { shared = await boot({}) })
-afterAll(() => shutdown(shared))
-beforeEach(() => {
-  shared.upstream.requests.length = 0
-  shared.gateway.logs.length = 0
-})
+beforeAll(async () => { shared = await bootHarness() })
+afterAll(() => shutdownHarness(shared))
+beforeEach(() => resetHarness(shared))
 
 const NO_TOKEN_CHALLENGE = 'Bearer realm="test"'
 const INVALID_TOKEN_CHALLENGE = 'Bearer realm="test", error="invalid_token", error_description="the access token is invalid or expired"'
@@ -288,7 +259,7 @@ describe('size limits', () => {
   })
 
   it('honours server.max_token_size', async (context) => {
-    const { upstream, gateway } = await start(context, { server: { max_token_size: '1kb' } })
+    const { upstream, gateway } = await startHarness(context, { server: { max_token_size: '1kb' } })
     const res = await fetch(`${gateway.url}/orders`, { headers: { authorization: `Bearer ${'a'.repeat(1025)}` } })
     await expectRejected(res, upstream, invalidRequest('the access token is too large'))
   })

@@ -5,45 +5,18 @@
  * reached the upstream.
  */
 import { createHmac } from 'node:crypto'
-import { afterAll, beforeAll, beforeEach, describe, expect, it, type TestContext } from 'vitest'
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { exportSPKI, importJWK, SignJWT, type CryptoKey, type JWTPayload } from 'jose'
-import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
+import { startRecordingUpstream } from './support/upstream.js'
+import { bootHarness, resetHarness, shutdownHarness, startHarness, type Harness } from './support/harness.js'
 import { createSigningKey, signWith, startTestIssuer, type SigningKey, type TestIssuer } from './support/issuer.js'
 import { startGateway, testConfig, type RunningGateway } from './support/gateway.js'
 
-interface Harness {
-  upstream: RecordingUpstream
-  issuer: TestIssuer
-  gateway: RunningGateway
-}
-
-type Parts = { issuerExtra?: Record<string, unknown> }
-
-async function boot(parts: Parts): Promise<Harness> {
-  const [upstream, issuer] = await Promise.all([startRecordingUpstream(), startTestIssuer()])
-  const gateway = await startGateway(testConfig({ upstream, issuer, ...parts }))
-  return { upstream, issuer, gateway }
-}
-
-async function shutdown({ upstream, issuer, gateway }: Harness): Promise<void> {
-  await gateway.close()
-  await Promise.all([upstream.close(), issuer.close()])
-}
-
-/** A gateway of its own for a test that needs a different issuer config. */
-async function start(context: TestContext, parts: Parts): Promise<Harness> {
-  const harness = await boot(parts)
-  context.onTestFinished(() => shutdown(harness))
-  return harness
-}
-
+// One default gateway for the whole file: every test starts with no recorded request and no log line.
 let shared: Harness
-beforeAll(async () => { shared = await boot({}) })
-afterAll(() => shutdown(shared))
-beforeEach(() => {
-  shared.upstream.requests.length = 0
-  shared.gateway.logs.length = 0
-})
+beforeAll(async () => { shared = await bootHarness() })
+afterAll(() => shutdownHarness(shared))
+beforeEach(() => resetHarness(shared))
 
 const INVALID_TOKEN_CHALLENGE = 'Bearer realm="test", error="invalid_token", error_description="the access token is invalid or expired"'
 const nowSeconds = () => Math.floor(Date.now() / 1000)
@@ -114,7 +87,7 @@ describe('JWT time claims (exp, nbf, iat) with clock_skew', () => {
   })
 
   it('uses the configured clock_skew', async (context) => {
-    const harness = await start(context, { issuerExtra: { clock_skew: '2m' } })
+    const harness = await startHarness(context, { issuerExtra: { clock_skew: '2m' } })
     await expectAccepted(harness, await harness.issuer.sign({ exp: nowSeconds() - 90 }))
     await expectInvalidToken(harness, await harness.issuer.sign({ exp: nowSeconds() - 180 }), 'expired')
   })
@@ -236,7 +209,7 @@ describe('JWT signatures and algorithms', () => {
   })
 
   it('answers 401 for an RS256 token when the issuer allows only ES256', async (context) => {
-    const harness = await start(context, { issuerExtra: { algorithms: ['ES256'] } })
+    const harness = await startHarness(context, { issuerExtra: { algorithms: ['ES256'] } })
     await expectInvalidToken(harness, await harness.issuer.sign({}, { alg: 'RS256' }), 'algorithm_not_allowed')
     harness.gateway.logs.length = 0
     await expectAccepted(harness, await harness.issuer.sign({}, { alg: 'ES256' }))
@@ -267,7 +240,7 @@ describe('JWT signatures and algorithms', () => {
     const newer = await issuer.rotate('ES256')
     const gateway = await startGateway(testConfig({ upstream, issuer }))
     const harness = { upstream, issuer, gateway }
-    context.onTestFinished(() => shutdown(harness))
+    context.onTestFinished(() => shutdownHarness(harness))
     const unkeyed = { alg: 'ES256', typ: 'at+jwt' }
     await expectAccepted(harness, await signRaw(newer, unkeyed, claimsFor(issuer)))
     await expectAccepted(harness, await signRaw(older, unkeyed, claimsFor(issuer)))
@@ -309,7 +282,7 @@ describe('JOSE header parameters', () => {
   })
 
   it('refuses an ID token (typ JWT with nonce and at_hash) when require_typ is at+jwt', async (context) => {
-    const harness = await start(context, { issuerExtra: { require_typ: 'at+jwt' } })
+    const harness = await startHarness(context, { issuerExtra: { require_typ: 'at+jwt' } })
     const idToken = await harness.issuer.sign({ nonce: 'n-0S6_WzA2Mj', at_hash: '77QmUPtjPfzWtF2AnpK9RQ', azp: 'web-app' }, { typ: 'JWT' })
     await expectInvalidToken(harness, idToken, 'wrong_typ')
     harness.gateway.logs.length = 0
