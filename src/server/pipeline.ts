@@ -155,7 +155,7 @@ export class GatewayPipeline {
       method: req.method,
       status: failure.status,
       error: failure.code,
-      reason: failure.internal.detail,
+      reason: failure.internal.detail ?? failure.description,
     }
     if (failure.status >= 500) this.rt.log.error({ ...entry, err: failure.internal.cause }, 'request failed')
     else this.rt.log.info(entry, 'request denied')
