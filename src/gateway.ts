@@ -10,7 +10,9 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import type { GatewayConfig } from './config/schema.js'
 import { parseSize } from './config/units.js'
 import { configWarnings } from './config/lint.js'
-import { JwtAuthenticator } from './authn/jwt.js'
+import { Authenticator, type InvalidationSelector, type RevocationCheck } from './authn/authenticator.js'
+import type { KeySetStats } from './authn/jwks.js'
+import type { CacheStats } from './authn/token-cache.js'
 import { compileRules } from './rules/compile.js'
 import { createUpstream, type Upstream } from './forward/proxy.js'
 import { createHeaderPolicy } from './forward/upstream-headers.js'
@@ -18,7 +20,25 @@ import { HeadersTooLarge, MalformedRequest } from './errors/oauth-errors.js'
 import { errorBody, errorHeaders, renderErrorOnSocket } from './errors/render.js'
 import { GatewayPipeline } from './server/pipeline.js'
 
+/** What the rest of Portcullis (revocation, metrics, the Redis broadcast) reaches through `app.gateway`. */
+export interface GatewayHandle {
+  /** Drops a token, or every token of a jti, subject or client, from the verified-JWT and introspection caches. */
+  invalidate(selector: InvalidationSelector): number
+  cacheStats(): CacheStats[]
+  keySetStats(): KeySetStats[]
+  /** The cache keys held now (hashes, never tokens). */
+  cacheKeys(): string[]
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    gateway: GatewayHandle
+  }
+}
+
 export interface GatewayOptions {
+  /** Consulted on every authenticated request, cache hits included; true refuses the token as revoked. */
+  isRevoked?: RevocationCheck
   /** Where the JSON log lines go (default stdout); tests capture them to assert what is never logged. */
   logStream?: NodeJS.WritableStream
   /** Milliseconds since the epoch; injected by tests to move time. */
@@ -85,24 +105,36 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   for (const warning of configWarnings(config)) log.warn(warning)
   const now = options.now ?? Date.now
   const { rules } = compileRules(config)
-  const jwt = new JwtAuthenticator(config.issuers ?? [], log, now)
+  const authenticator = new Authenticator({
+    issuers: config.issuers ?? [],
+    ...(config.cache && { cache: config.cache }),
+    log,
+    now,
+    ...(options.isRevoked && { isRevoked: options.isRevoked }),
+  })
   const upstreams = new Map<string, Upstream>(
     Object.entries(config.upstreams).map(([name, upstream]) => [name, createUpstream(name, upstream)]))
   pipeline = new GatewayPipeline({
     rules,
-    jwt,
+    authenticator,
     upstreams,
     headerPolicy: createHeaderPolicy(config.forward, Boolean(tls)),
     realm,
     maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
     log,
   })
-  jwt.prefetch()
+  authenticator.prefetch()
+  app.decorate('gateway', {
+    invalidate: (selector) => authenticator.invalidate(selector),
+    cacheStats: () => authenticator.cacheStats(),
+    keySetStats: () => authenticator.keySetStats(),
+    cacheKeys: () => authenticator.cacheKeys(),
+  } satisfies GatewayHandle)
 
   // Before server.close(), which would otherwise wait for every upgraded socket to end by itself.
   app.addHook('preClose', async () => { pipeline!.closeUpgraded() })
   app.addHook('onClose', async () => {
-    await Promise.all([...upstreams.values()].map((upstream) => upstream.pool?.close()))
+    await Promise.all([...[...upstreams.values()].map((upstream) => upstream.pool?.close()), authenticator.close()])
   })
   return app
 }

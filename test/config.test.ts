@@ -291,17 +291,19 @@ issuers:
 
   it('refuses an issuer with both jwks_uri and discovery', () => {
     expect(issuesOf(issuer('    jwks_uri: "https://idp.example.com/jwks"\n    discovery: true\n'))).toEqual([
-      { line: 9, col: 5, path: 'issuers[0]', message: 'set exactly one of jwks_uri, jwks_file or discovery: true' },
+      { line: 9, col: 5, path: 'issuers[0]', message: 'set only one of jwks_uri, jwks_file or discovery: true' },
     ])
   })
 
-  it('refuses an issuer with neither jwks_uri nor discovery', () => {
-    expect(issuesOf(issuer(''))).toEqual([
-      { line: 9, col: 5, path: 'issuers[0]', message: 'set exactly one of jwks_uri, jwks_file or discovery: true' },
-    ])
-    expect(issuesOf(issuer('    discovery: false\n'))).toEqual([
-      { line: 9, col: 5, path: 'issuers[0]', message: 'set exactly one of jwks_uri, jwks_file or discovery: true' },
-    ])
+  it('refuses an issuer with neither a key source nor introspection', () => {
+    const message = 'set one of jwks_uri, jwks_file or discovery: true, or introspection (or both)'
+    expect(issuesOf(issuer(''))).toEqual([{ line: 9, col: 5, path: 'issuers[0]', message }])
+    expect(issuesOf(issuer('    discovery: false\n'))).toEqual([{ line: 9, col: 5, path: 'issuers[0]', message }])
+  })
+
+  it('accepts an issuer with introspection and no key source', () => {
+    const config = loadConfig(FILE, issuer('    introspection:\n      endpoint: "https://idp.example.com/introspect"\n      client_id: gw\n      client_secret: s3cret\n'), {})
+    expect(config.issuers![0]!.introspection!.endpoint).toBe('https://idp.example.com/introspect')
   })
 
   it('accepts discovery alone', () => {

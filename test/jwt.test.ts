@@ -179,7 +179,7 @@ describe('JWT signatures and algorithms', () => {
 
   it('answers 401 for alg none with an empty signature (not even a compact JWS)', async () => {
     const token = `${b64url({ alg: 'none', typ: 'at+jwt' })}.${b64url(claimsFor(shared.issuer))}.`
-    await expectInvalidToken(shared, token, 'not_a_jwt')
+    await expectInvalidToken(shared, token, 'no_introspecting_issuer')
   })
 
   it('answers 401 for alg none with a filler signature', async () => {
@@ -298,17 +298,17 @@ describe('tokens that are not JWTs', () => {
   it('answers 401 invalid_token for an opaque token', async () => {
     await expectInvalidToken(shared, 'mF_9.B5f-4.1JqM', 'malformed')
     shared.gateway.logs.length = 0
-    await expectInvalidToken(shared, 'opaque-token-2YotnFZFEjr1zCsicMWpAA', 'not_a_jwt')
+    await expectInvalidToken(shared, 'opaque-token-2YotnFZFEjr1zCsicMWpAA', 'no_introspecting_issuer')
   })
 
   it.for([
-    ['two segments', 'eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJ4In0', 'not_a_jwt'],
-    ['four segments', 'eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJ4In0.AAAA.AAAA', 'not_a_jwt'],
-    ['an empty payload', 'eyJhbGciOiJFUzI1NiJ9..AAAA', 'not_a_jwt'],
+    ['two segments', 'eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJ4In0', 'no_introspecting_issuer'],
+    ['four segments', 'eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJ4In0.AAAA.AAAA', 'no_introspecting_issuer'],
+    ['an empty payload', 'eyJhbGciOiJFUzI1NiJ9..AAAA', 'no_introspecting_issuer'],
     ['a header that is not JSON', `${b64url('not json')}.${b64url({ iss: 'x' })}.AAAA`, 'malformed'],
     ['a payload that is not JSON', `${b64url({ alg: 'ES256' })}.${b64url('not json')}.AAAA`, 'malformed'],
     ['a payload that is a JSON array', `${b64url({ alg: 'ES256' })}.${b64url('[1,2]')}.AAAA`, 'malformed'],
-    ['a JWE-shaped token (five segments)', 'eyJhbGciOiJSU0EtT0FFUCJ9.AAAA.AAAA.AAAA.AAAA', 'not_a_jwt'],
+    ['a JWE-shaped token (five segments)', 'eyJhbGciOiJSU0EtT0FFUCJ9.AAAA.AAAA.AAAA.AAAA', 'no_introspecting_issuer'],
   ])('answers 401 invalid_token for a token with %s', async ([, token, reason]) => {
     await expectInvalidToken(shared, token!, reason!)
   })

@@ -63,15 +63,29 @@ function usableKeys(document: unknown): JWK[] {
     PRIVATE_MEMBERS.every((member) => !(member in key)))
 }
 
+export interface KeySetStats {
+  readonly issuer: string
+  /** Key-set documents requested, successful or not. */
+  readonly fetches: number
+  readonly failures: number
+  readonly keys: number
+  /** Milliseconds since the key set in use was fetched; undefined before the first success. */
+  readonly ageMs: number | undefined
+}
+
 export class RemoteKeySet {
   private keys?: JWTVerifyGetKey
   private kids = ''
+  private keyCount = 0
   private jwksUri?: string
   private fetchedAt = -Infinity
   private lastAttempt = -Infinity
   private inflight?: Promise<void>
+  private timer?: NodeJS.Timeout
+  private closed = false
   /** Number of key-set documents fetched, successful or not (for tests and, later, metrics). */
   fetches = 0
+  failures = 0
 
   constructor(private readonly options: KeySetOptions) {
     this.jwksUri = options.jwksUri
@@ -116,24 +130,52 @@ export class RemoteKeySet {
 
   private async load(reason: string): Promise<void> {
     this.lastAttempt = this.options.now()
-    const { log, issuer, fetchTimeoutMs } = this.options
+    const { log, issuer, fetchTimeoutMs, maxAgeMs, cooldownMs } = this.options
     try {
       this.jwksUri ??= await discoverJwksUri(issuer, fetchTimeoutMs)
       this.fetches++
       const keys = usableKeys(await fetchJson(this.jwksUri, fetchTimeoutMs))
       const jwks: JSONWebKeySet = { keys }
       this.keys = createLocalJWKSet(jwks)
+      this.keyCount = keys.length
       this.fetchedAt = this.options.now()
       const kids = keys.map((key) => key.kid ?? '(no kid)').sort().join(' ')
       if (kids !== this.kids) {
         log.info({ issuer, reason, kids: kids.split(' '), previous: this.kids ? this.kids.split(' ') : [] }, 'issuer key set changed')
         this.kids = kids
       }
+      // Refresh in the background before the set is due, so no request ever waits for it.
+      this.schedule(Math.max(1000, Math.floor(maxAgeMs * 0.8)))
     } catch (error) {
+      this.failures++
       log.warn({ issuer, reason, err: { message: (error as Error).message } },
         this.keys ? 'key set refresh failed; keeping the keys already fetched' : 'key set fetch failed')
+      this.schedule(Math.max(1000, cooldownMs))
       throw error
     }
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.closed) return
+    clearTimeout(this.timer)
+    this.timer = setTimeout(() => { this.refresh('background').catch(() => undefined) }, delayMs)
+    this.timer.unref()
+  }
+
+  stats(): KeySetStats {
+    return {
+      issuer: this.options.issuer,
+      fetches: this.fetches,
+      failures: this.failures,
+      keys: this.keyCount,
+      ageMs: this.keys ? this.options.now() - this.fetchedAt : undefined,
+    }
+  }
+
+  /** Stops background refreshes. */
+  close(): void {
+    this.closed = true
+    clearTimeout(this.timer)
   }
 }
 

@@ -22,7 +22,8 @@ export type JwtRejection =
 
 export const DEFAULT_ALGORITHMS: readonly JwsAlgorithm[] = ['RS256', 'ES256', 'EdDSA', 'PS256']
 
-class JwtIssuer {
+/** One issuer's JWT policy and key set. */
+export class JwtIssuer {
   readonly keySet: RemoteKeySet
   private readonly algorithms: string[]
   private readonly skewSeconds: number
@@ -125,38 +126,16 @@ function rejectionOf(error: unknown): JwtRejection {
 
 const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/
 
-/** Every configured JWT issuer, looked up by the token's (unverified) `iss`. */
-export class JwtAuthenticator {
-  private readonly issuers = new Map<string, JwtIssuer>()
+/** JWS compact serialization: three base64url segments (anything else is an opaque token). */
+export function looksLikeJwt(token: string): boolean {
+  return COMPACT_JWS.test(token)
+}
 
-  constructor(configs: readonly IssuerConfig[], log: FastifyBaseLogger, now: () => number) {
-    for (const config of configs) this.issuers.set(config.issuer, new JwtIssuer(config, log, now))
-  }
-
-  /** Fetch every key set once in the background so the first request does not wait. */
-  prefetch(): void {
-    for (const issuer of this.issuers.values()) issuer.keySet.prefetch()
-  }
-
-  keySetOf(issuer: string): RemoteKeySet | undefined {
-    return this.issuers.get(issuer)?.keySet
-  }
-
-  static looksLikeJwt(token: string): boolean {
-    return COMPACT_JWS.test(token)
-  }
-
-  async authenticate(token: string): Promise<Principal> {
-    let iss: unknown
-    let header: ProtectedHeaderParameters
-    try {
-      iss = decodeJwt(token).iss
-      header = decodeProtectedHeader(token)
-    } catch (error) {
-      throw new InvalidToken('malformed', error)
-    }
-    const issuer = typeof iss === 'string' ? this.issuers.get(iss) : undefined
-    if (!issuer) throw new InvalidToken('unknown_issuer')
-    return issuer.verify(token, header)
+/** The unverified `iss` (to pick the issuer) and protected header; a token that does not decode is invalid. */
+export function decodeUnverified(token: string): { iss: unknown; header: ProtectedHeaderParameters } {
+  try {
+    return { iss: decodeJwt(token).iss, header: decodeProtectedHeader(token) }
+  } catch (error) {
+    throw new InvalidToken('malformed', error)
   }
 }

@@ -57,8 +57,17 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
     const at = ['issuers', index]
     if (seen.has(issuer.issuer)) problems.push({ path: [...at, 'issuer'], message: `duplicate issuer (also issuers[${seen.get(issuer.issuer)}])` })
     seen.set(issuer.issuer, index)
-    if ([issuer.jwks_uri, issuer.jwks_file, issuer.discovery || undefined].filter((v) => v !== undefined).length !== 1) {
-      problems.push({ path: at, message: 'set exactly one of jwks_uri, jwks_file or discovery: true' })
+    const keySources = [issuer.jwks_uri, issuer.jwks_file, issuer.discovery || undefined].filter((v) => v !== undefined).length
+    if (keySources > 1) problems.push({ path: at, message: 'set only one of jwks_uri, jwks_file or discovery: true' })
+    if (keySources === 0 && !issuer.introspection) {
+      problems.push({ path: at, message: 'set one of jwks_uri, jwks_file or discovery: true, or introspection (or both)' })
+    }
+    const introspection = issuer.introspection
+    if (introspection) {
+      if (badUrl(introspection.endpoint)) problems.push({ path: [...at, 'introspection', 'endpoint'], message: 'is not a valid URL' })
+      if (introspection.ca_file && !readable(introspection.ca_file)) {
+        problems.push({ path: [...at, 'introspection', 'ca_file'], message: `cannot read ${introspection.ca_file}` })
+      }
     }
     if (issuer.jwks_file !== undefined && !readable(issuer.jwks_file)) {
       problems.push({ path: [...at, 'jwks_file'], message: `cannot read ${issuer.jwks_file}` })
@@ -95,8 +104,8 @@ export function configWarnings(config: GatewayConfig): string[] {
     warnings.push(`server.listen ${listen} is not loopback and server.tls is not set: tokens would cross the network in clear text`)
   }
   ;(config.issuers ?? []).forEach((issuer, index) => {
-    for (const key of ['issuer', 'jwks_uri'] as const) {
-      const value = issuer[key]
+    for (const key of ['issuer', 'jwks_uri', 'introspection.endpoint'] as const) {
+      const value = key === 'introspection.endpoint' ? issuer.introspection?.endpoint : issuer[key]
       // An `iss` need not be a URL (RFC 7519 §4.1.1 StringOrURI); what does not parse is not http:// either.
       if (!value?.startsWith('http://') || !URL.canParse(value)) continue
       const url = new URL(value)

@@ -220,7 +220,11 @@ function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
     upstreams: Object.fromEntries(Object.entries(config.upstreams).map(([name, upstream]) =>
       [name, upstream.ca_file ? { ...upstream, ca_file: resolve(upstream.ca_file) } : upstream])),
     ...(config.issuers && {
-      issuers: config.issuers.map((issuer) => (issuer.jwks_file ? { ...issuer, jwks_file: resolve(issuer.jwks_file) } : issuer)),
+      issuers: config.issuers.map((issuer) => ({
+        ...issuer,
+        ...(issuer.jwks_file && { jwks_file: resolve(issuer.jwks_file) }),
+        ...(issuer.introspection?.ca_file && { introspection: { ...issuer.introspection, ca_file: resolve(issuer.introspection.ca_file) } }),
+      })),
     }),
   }
 }

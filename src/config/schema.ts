@@ -58,6 +58,18 @@ const Upstream = Strict({
   connections: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000 })),
 })
 
+const Introspection = Strict({
+  endpoint: Type.String({ pattern: '^https?://', 'x-message': 'must be an http:// or https:// URL' }),
+  token_prefix: Type.Optional(Type.String()),
+  client_id: NonEmpty,
+  client_secret: NonEmpty,
+  auth_method: Type.Optional(StringEnum(['client_secret_basic', 'client_secret_post'] as const)),
+  timeout: Type.Optional(Duration),
+  cache_ttl: Type.Optional(Duration),
+  negative_cache_ttl: Type.Optional(Duration),
+  ca_file: Type.Optional(NonEmpty),
+})
+
 const Issuer = Strict({
   issuer: NonEmpty,
   jwks_uri: Type.Optional(Type.String({ pattern: '^(https?|file)://', 'x-message': 'must be an http://, https:// or file:// URL' })),
@@ -71,6 +83,7 @@ const Issuer = Strict({
   require_typ: Type.Optional(NonEmpty),
   jwks_cooldown: Type.Optional(Duration),
   jwks_max_age: Type.Optional(Duration),
+  introspection: Type.Optional(Introspection),
 })
 
 const Scopes = Strict({
@@ -101,6 +114,11 @@ const Forward = Strict({
 
 const AuthorizationServer = Strict({ enabled: Type.Boolean() })
 
+const Cache = Strict({
+  max_entries: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
+  jwt: Type.Optional(Type.Boolean()),
+})
+
 const Log = Strict({ level: Type.Optional(StringEnum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const)) })
 
 export const GatewayConfigSchema = Strict({
@@ -113,6 +131,7 @@ export const GatewayConfigSchema = Strict({
   issuers: Type.Optional(Type.Array(Issuer)),
   routes: Type.Array(Route, { minItems: 1 }),
   forward: Type.Optional(Forward),
+  cache: Type.Optional(Cache),
   authorization_server: Type.Optional(AuthorizationServer),
 })
 
@@ -121,6 +140,8 @@ export type RouteConfig = Static<typeof Route>
 export type IssuerConfig = Static<typeof Issuer>
 export type UpstreamConfig = Static<typeof Upstream>
 export type ForwardConfig = Static<typeof Forward>
+export type IntrospectionConfig = Static<typeof Introspection>
+export type CacheConfig = Static<typeof Cache>
 export type JwsAlgorithm = (typeof JWS_ALGORITHMS)[number]
 export type HttpMethod = (typeof HTTP_METHODS)[number]
 export type { TSchema }

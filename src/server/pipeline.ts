@@ -7,11 +7,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import type { FastifyBaseLogger } from 'fastify'
 import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
-import { JwtAuthenticator } from '../authn/jwt.js'
+import type { Authenticator } from '../authn/authenticator.js'
 import type { Principal } from '../authn/principal.js'
 import { requireScopes } from '../authz/scopes.js'
 import {
-  BadGateway, GatewayError, InvalidRequest, InvalidToken, MalformedRequest, MethodNotAllowed, MissingToken,
+  BadGateway, GatewayError, InvalidRequest, MalformedRequest, MethodNotAllowed, MissingToken,
   NoMatchingRoute, RequestTooLarge, ServerError,
 } from '../errors/oauth-errors.js'
 import { renderError, renderErrorOnSocket } from '../errors/render.js'
@@ -24,7 +24,7 @@ import { splitRequestTarget } from '../rules/normalize.js'
 
 export interface GatewayRuntime {
   readonly rules: readonly CompiledRule[]
-  readonly jwt: JwtAuthenticator
+  readonly authenticator: Authenticator
   readonly upstreams: ReadonlyMap<string, Upstream>
   readonly headerPolicy: HeaderPolicy
   readonly realm: string
@@ -50,8 +50,7 @@ async function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: Comp
     if (rule.auth === 'optional') return undefined
     throw new MissingToken()
   }
-  if (!JwtAuthenticator.looksLikeJwt(token)) throw new InvalidToken('not_a_jwt')
-  const principal = await rt.jwt.authenticate(token)
+  const principal = await rt.authenticator.authenticate(token)
   requireScopes(principal, rule)
   return principal
 }

@@ -1,0 +1,171 @@
+/**
+ * RFC 7662 token introspection for one issuer: the gateway authenticates as a client
+ * (client_secret_basic or client_secret_post), trusts `active: true` only after its own checks of
+ * `exp`, `iss` and `aud`, and caches both answers (inactive ones briefly). The endpoint being down or
+ * slow is 503, never a guess.
+ */
+import { readFileSync } from 'node:fs'
+import { Agent, request, type Dispatcher } from 'undici'
+import type { FastifyBaseLogger } from 'fastify'
+import type { IssuerConfig, IntrospectionConfig } from '../config/schema.js'
+import { parseDuration } from '../config/units.js'
+import { InvalidToken, TemporarilyUnavailable } from '../errors/oauth-errors.js'
+import { readScopes, type Principal } from './principal.js'
+import { tokenHash, type TokenCache } from './token-cache.js'
+
+/** A cached introspection answer: a principal, or the reason the token was refused. */
+export type IntrospectionEntry =
+  | { readonly active: true; readonly principal: Principal; readonly expiresAtMs: number }
+  | { readonly active: false; readonly reason: string; readonly expiresAtMs: number }
+
+const MAX_RESPONSE_BYTES = 64 * 1024
+
+/** RFC 6749 §2.3.1: client_id and secret are form-encoded before they are joined for Basic. */
+function basicCredentials(clientId: string, secret: string): string {
+  const encode = (value: string) => encodeURIComponent(value).replace(/%20/g, '+')
+  return 'Basic ' + Buffer.from(`${encode(clientId)}:${encode(secret)}`).toString('base64')
+}
+
+function audienceMatches(aud: unknown, audience: readonly string[]): boolean {
+  if (typeof aud === 'string') return audience.includes(aud)
+  return Array.isArray(aud) && aud.some((value) => typeof value === 'string' && audience.includes(value))
+}
+
+export class IntrospectionClient {
+  readonly issuer: string
+  private readonly config: IntrospectionConfig
+  private readonly keyPrefix: string
+  private readonly timeoutMs: number
+  private readonly positiveTtlMs: number
+  private readonly negativeTtlMs: number
+  private readonly skewSeconds: number
+  private readonly authorization: string | undefined
+  private readonly dispatcher: Agent
+  private readonly audience: readonly string[]
+
+  constructor(issuer: IssuerConfig, private readonly cache: TokenCache<IntrospectionEntry>,
+    private readonly now: () => number, private readonly log: FastifyBaseLogger) {
+    this.issuer = issuer.issuer
+    this.config = issuer.introspection!
+    this.audience = issuer.audience
+    // RFC 7662 §4: the cache key names the issuer too, so two issuers never share an answer.
+    this.keyPrefix = `${tokenHash(`${issuer.issuer}\n${this.config.endpoint}`).slice(0, 16)}:`
+    this.timeoutMs = parseDuration(this.config.timeout ?? '2s')
+    this.positiveTtlMs = parseDuration(this.config.cache_ttl ?? '60s')
+    this.negativeTtlMs = parseDuration(this.config.negative_cache_ttl ?? '5s')
+    this.skewSeconds = parseDuration(issuer.clock_skew ?? '30s') / 1000
+    this.authorization = (this.config.auth_method ?? 'client_secret_basic') === 'client_secret_basic'
+      ? basicCredentials(this.config.client_id, this.config.client_secret)
+      : undefined
+    this.dispatcher = new Agent({
+      connectTimeout: this.timeoutMs,
+      headersTimeout: this.timeoutMs,
+      bodyTimeout: this.timeoutMs,
+      ...(this.config.ca_file !== undefined && { connect: { ca: readFileSync(this.config.ca_file), rejectUnauthorized: true } }),
+    })
+  }
+
+  /** Whether an opaque token may go to this issuer (`token_prefix`, when set). */
+  accepts(token: string): boolean {
+    const prefix = this.config.token_prefix
+    return !prefix || token.startsWith(prefix)
+  }
+
+  cacheKey(hashOfToken: string): string {
+    return this.keyPrefix + hashOfToken
+  }
+
+  async authenticate(token: string, hashOfToken: string): Promise<Principal> {
+    const key = this.cacheKey(hashOfToken)
+    const entry = await this.cache.getOrLoad(key, async () => {
+      const answer = await this.introspect(token)
+      this.cache.set(key, answer)
+      return answer
+    })
+    if (!entry.active) throw new InvalidToken(entry.reason)
+    return entry.principal
+  }
+
+  private async introspect(token: string): Promise<IntrospectionEntry> {
+    const form = new URLSearchParams({ token, token_type_hint: 'access_token' })
+    if (!this.authorization) {
+      form.set('client_id', this.config.client_id)
+      form.set('client_secret', this.config.client_secret)
+    }
+    let response: Dispatcher.ResponseData
+    let text: string
+    try {
+      response = await request(this.config.endpoint, {
+        method: 'POST',
+        dispatcher: this.dispatcher,
+        headers: {
+          'content-type': 'application/x-www-form-urlencoded',
+          accept: 'application/json',
+          ...(this.authorization && { authorization: this.authorization }),
+        },
+        body: form.toString(),
+        signal: AbortSignal.timeout(this.timeoutMs),
+      })
+      text = await readLimited(response.body)
+    } catch (error) {
+      this.log.warn({ issuer: this.issuer, err: { message: (error as Error).message, code: (error as { code?: string }).code } },
+        'introspection endpoint unreachable')
+      throw new TemporarilyUnavailable('introspection_unavailable', 1, error)
+    }
+    // Not cached: the endpoint failing is not an answer about the token.
+    if (response.statusCode !== 200) throw new InvalidToken(`introspection_status_${response.statusCode}`)
+    let body: Record<string, unknown>
+    try {
+      body = JSON.parse(text) as Record<string, unknown>
+    } catch (error) {
+      throw new InvalidToken('introspection_malformed', error)
+    }
+    if (body === null || typeof body !== 'object' || typeof body.active !== 'boolean') {
+      throw new InvalidToken('introspection_malformed')
+    }
+    return this.judge(body)
+  }
+
+  /** RFC 7662 §2.2 answer → a cache entry; our own checks run even when the server says active. */
+  private judge(body: Record<string, unknown>): IntrospectionEntry {
+    const nowMs = this.now()
+    const refuse = (reason: string): IntrospectionEntry => ({ active: false, reason, expiresAtMs: nowMs + this.negativeTtlMs })
+    if (body.active !== true) return refuse('inactive')
+    const exp = body.exp
+    if (exp !== undefined && typeof exp !== 'number') return refuse('bad_claim')
+    if (typeof exp === 'number' && exp * 1000 <= nowMs - this.skewSeconds * 1000) return refuse('expired')
+    if (body.iss !== undefined && body.iss !== this.issuer) return refuse('wrong_issuer')
+    if (body.aud !== undefined && !audienceMatches(body.aud, this.audience)) return refuse('wrong_audience')
+    const scopes = body.scope === undefined ? [] : typeof body.scope === 'string' ? readScopes(body, 'scope') : undefined
+    if (!scopes) return refuse('bad_scope_claim')
+    const clientId = body.client_id
+    const principal: Principal = {
+      issuer: this.issuer,
+      subject: typeof body.sub === 'string' ? body.sub : undefined,
+      clientId: typeof clientId === 'string' ? clientId : undefined,
+      scopes,
+      expiresAt: typeof exp === 'number' ? exp : undefined,
+      claims: body,
+    }
+    const until = Math.min(nowMs + this.positiveTtlMs, typeof exp === 'number' ? exp * 1000 : Infinity)
+    return { active: true, principal, expiresAtMs: until }
+  }
+
+  close(): Promise<void> {
+    return this.dispatcher.close()
+  }
+}
+
+async function readLimited(body: Dispatcher.ResponseData['body']): Promise<string> {
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of body) {
+    size += (chunk as Buffer).length
+    if (size > MAX_RESPONSE_BYTES) {
+      body.destroy()
+      throw new Error(`introspection response larger than ${MAX_RESPONSE_BYTES} bytes`)
+    }
+    chunks.push(chunk as Buffer)
+  }
+  return Buffer.concat(chunks).toString('utf8')
+}

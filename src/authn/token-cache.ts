@@ -1,0 +1,119 @@
+/**
+ * A bounded cache of validation results keyed by a SHA-256 of the token (never the raw token), with
+ * expiry on the injected clock and counters the metrics issue publishes as they are.
+ */
+import { hash } from 'node:crypto'
+import { LRUCache } from 'lru-cache'
+
+/** base64url SHA-256 of a token: the only form in which a token is ever kept or logged about. */
+export function tokenHash(token: string): string {
+  return hash('sha256', token, 'base64url')
+}
+
+export interface CacheStats {
+  readonly name: string
+  readonly hits: number
+  readonly misses: number
+  /** Entries pushed out by the size bound (not expiries, not explicit invalidations). */
+  readonly evictions: number
+  /** Entries dropped because they expired, or were invalidated. */
+  readonly expirations: number
+  readonly invalidations: number
+  readonly size: number
+  readonly maxEntries: number
+  /** Validations running now that concurrent requests for the same token wait on. */
+  readonly inflight: number
+}
+
+export interface Expiring {
+  /** Milliseconds since the epoch after which the entry must not be used. */
+  readonly expiresAtMs: number
+}
+
+export class TokenCache<V extends Expiring> {
+  private readonly lru: LRUCache<string, V>
+  private hits = 0
+  private misses = 0
+  private evictions = 0
+  private expirations = 0
+  private invalidations = 0
+  /** Promises of validations in flight, by cache key (single-flight). */
+  readonly inflight = new Map<string, Promise<V>>()
+
+  constructor(readonly name: string, readonly maxEntries: number, private readonly now: () => number) {
+    this.lru = new LRUCache<string, V>({
+      max: maxEntries,
+      dispose: (_value, _key, reason) => { if (reason === 'evict') this.evictions++ },
+    })
+  }
+
+  get(key: string): V | undefined {
+    const value = this.lru.get(key)
+    if (value === undefined) {
+      this.misses++
+      return undefined
+    }
+    if (value.expiresAtMs <= this.now()) {
+      this.lru.delete(key)
+      this.expirations++
+      this.misses++
+      return undefined
+    }
+    this.hits++
+    return value
+  }
+
+  set(key: string, value: V): void {
+    if (value.expiresAtMs > this.now()) this.lru.set(key, value)
+  }
+
+  /**
+   * The cached value, or the one validation in flight for this key, or a new one started by `load`;
+   * concurrent callers with the same key share one `load`.
+   */
+  async getOrLoad(key: string, load: () => Promise<V>): Promise<V> {
+    const cached = this.get(key)
+    if (cached !== undefined) return cached
+    let pending = this.inflight.get(key)
+    if (!pending) {
+      pending = load().finally(() => this.inflight.delete(key))
+      this.inflight.set(key, pending)
+    }
+    return pending
+  }
+
+  delete(key: string): boolean {
+    const deleted = this.lru.delete(key)
+    if (deleted) this.invalidations++
+    return deleted
+  }
+
+  /** Drops every entry the predicate selects; O(size), for the rare revocation by jti, sub or client. */
+  deleteWhere(select: (value: V, key: string) => boolean): number {
+    let count = 0
+    for (const [key, value] of this.lru.entries()) {
+      if (select(value, key) && this.lru.delete(key)) count++
+    }
+    this.invalidations += count
+    return count
+  }
+
+  /** The keys held now (tests check that none is a raw token). */
+  keys(): string[] {
+    return [...this.lru.keys()]
+  }
+
+  stats(): CacheStats {
+    return {
+      name: this.name,
+      hits: this.hits,
+      misses: this.misses,
+      evictions: this.evictions,
+      expirations: this.expirations,
+      invalidations: this.invalidations,
+      size: this.lru.size,
+      maxEntries: this.maxEntries,
+      inflight: this.inflight.size,
+    }
+  }
+}
