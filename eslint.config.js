@@ -14,4 +14,10 @@ export default tseslint.config(
     },
   },
   { files: ['src/**/*.ts'], ignores: ['src/cli.ts'], rules: { 'no-console': 'error' } },
+  {
+    files: ['bench/**/*.mjs'],
+    languageOptions: {
+      globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly', setTimeout: 'readonly', fetch: 'readonly', globalThis: 'readonly', URLSearchParams: 'readonly' },
+    },
+  },
 )
