@@ -1,14 +1,17 @@
 /**
  * The per-issuer JWKS cache end to end: rotation, an unreachable JWKS endpoint, floods of unknown kids,
- * discovery (RFC 8414) and static file:// key sets. Time is the gateway's injected clock; the issuer
- * counts how often its /jwks was fetched.
+ * discovery (RFC 8414) and static file:// key sets, and (issue 3, point 5) background refresh, stale keys,
+ * the key-set-changed log line and key-set statistics. Time is the gateway's injected clock, except for
+ * the background refresh timer, which runs on real time; the issuer counts how often its /jwks was fetched.
  */
+import { randomBytes } from 'node:crypto'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { describe, expect, it, type TestContext } from 'vitest'
 import { exportJWK, SignJWT, type JWTPayload } from 'jose'
+import { Agent, request } from 'undici'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { createSigningKey, signWith, startTestIssuer, type SigningKey, type TestIssuer } from './support/issuer.js'
 import { startGateway, testConfig, type RunningGateway, type StartOptions } from './support/gateway.js'
@@ -335,5 +338,148 @@ describe('where the keys come from', () => {
     await expectInvalidToken(harness, await signWith(leaked, claimsAt(harness.clock, staticIssuer)))
     await expectAccepted(harness, await signWith(good, claimsAt(harness.clock, staticIssuer)))
     expect(reasonsLogged(harness.gateway)).toEqual(['algorithm_not_allowed', 'unknown_kid'])
+  })
+})
+
+/** Waits (on real time) for what a background timer does. */
+async function waitFor(condition: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!condition() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+  if (!condition()) throw new Error(`timed out waiting for ${what}`)
+}
+
+function keySetStats(harness: Harness) {
+  return harness.gateway.app.gateway.keySetStats()[0]!
+}
+
+interface KeySetChanged { msg: string; issuer: string; reason: string; kids: string[]; previous: string[] }
+
+function keySetChanges(gateway: RunningGateway): KeySetChanged[] {
+  return gateway.logs.map((line) => JSON.parse(line) as KeySetChanged).filter((entry) => entry.msg === 'issuer key set changed')
+}
+
+/** A token with a well-formed header and claims but a signature of random bytes: the kid is looked up first. */
+function forgedToken(harness: Harness, kid: string): string {
+  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
+  return [encode({ alg: 'ES256', kid, typ: 'at+jwt' }), encode(claimsAt(harness.clock, harness.issuer)), randomBytes(64).toString('base64url')].join('.')
+}
+
+describe('JWKS robustness (issue 3)', () => {
+  it.for([
+    ['30s', 30_000],
+    ['250ms', 250],
+  ] as const)('answers 10 000 distinct bogus kids in one second with at most one JWKS fetch per %s cooldown', async ([cooldown, cooldownMs], context) => {
+    const harness = await start(context, { issuerExtra: { jwks_cooldown: cooldown } })
+    await expectAccepted(harness, await tokenAt(harness))
+    expect(harness.issuer.jwksFetches).toBe(1)
+    harness.clock.advance(cooldownMs + 1)
+    // 50 keep-alive connections, 250 requests at a time; 25 ms of the injected second pass between batches.
+    const agent = new Agent({ connections: 50 })
+    context.onTestFinished(() => agent.close())
+    const batches = 40
+    const batchSize = 250
+    for (let batch = 0; batch < batches; batch++) {
+      const responses = await Promise.all(Array.from({ length: batchSize }, (_, i) => request(`${harness.gateway.url}/orders`, {
+        dispatcher: agent,
+        headers: { authorization: `Bearer ${forgedToken(harness, `bogus-${batch}-${i}`)}` },
+      })))
+      for (const res of responses) {
+        expect(res.statusCode).toBe(401)
+        expect(res.headers['www-authenticate']).toBe(INVALID_TOKEN_CHALLENGE)
+        await res.body.dump()
+      }
+      harness.clock.advance(1000 / batches)
+    }
+    expect(harness.upstream.requests).toHaveLength(1)
+    // One fetch as soon as the cooldown allows, then one per cooldown that ends within the second.
+    expect(harness.issuer.jwksFetches - 1).toBe(Math.ceil(1000 / cooldownMs))
+    expect(keySetStats(harness)).toMatchObject({ fetches: harness.issuer.jwksFetches, failures: 0, keys: 2 })
+    const reasons = reasonsLogged(harness.gateway)
+    expect(reasons).toHaveLength(batches * batchSize)
+    expect(new Set(reasons)).toEqual(new Set(['unknown_kid']))
+    // A published key kept working, with no fetch for it.
+    const fetches = harness.issuer.jwksFetches
+    await expectAccepted(harness, await tokenAt(harness))
+    expect(harness.issuer.jwksFetches).toBe(fetches)
+  })
+
+  it('refreshes the key set in the background before it expires, so a rotated kid needs no unknown-kid refetch', async (context) => {
+    const harness = await start(context, { issuerExtra: { jwks_max_age: '1s' } })
+    await expectAccepted(harness, await tokenAt(harness))
+    expect(harness.issuer.jwksFetches).toBe(1)
+    // No request, and the injected clock stands still: only the refresh timer (80% of max age) can fetch.
+    await waitFor(() => harness.issuer.jwksFetches >= 2, 'a background refresh')
+    expect(harness.upstream.requests).toHaveLength(1)
+    const fresh = await harness.issuer.rotate('ES256', true)
+    const seen = harness.issuer.jwksFetches
+    await waitFor(() => keySetChanges(harness.gateway).some((entry) => entry.kids.includes(fresh.kid)), 'the rotated key to be fetched')
+    const fetches = harness.issuer.jwksFetches
+    expect(fetches).toBeGreaterThan(seen)
+    await expectAccepted(harness, await tokenAt(harness, { key: fresh }))
+    expect(harness.issuer.jwksFetches).toBe(fetches)
+    const changes = keySetChanges(harness.gateway)
+    expect(changes.map((entry) => entry.reason)).toEqual(['initial', 'background'])
+    expect(changes[1]).toMatchObject({ issuer: harness.issuer.issuer, kids: expect.arrayContaining([fresh.kid]) })
+    expect(keySetStats(harness)).toMatchObject({ failures: 0, keys: 2 })
+  })
+
+  it('serves the keys it fetched while the endpoint fails, counting the failures, and takes new ones once it is back', async (context) => {
+    const harness = await start(context, { issuerExtra: { jwks_max_age: '1s' } })
+    await expectAccepted(harness, await tokenAt(harness))
+    harness.issuer.setDown(true)
+    await waitFor(() => keySetStats(harness).failures >= 1, 'a failed background refresh')
+    expect(keySetStats(harness)).toMatchObject({ fetches: 2, failures: 1, keys: 2 })
+    // Tokens never seen before (so never cached): verified with the keys fetched earlier.
+    harness.clock.advance(10 * 60_000)
+    await expectAccepted(harness, await tokenAt(harness))
+    await expectAccepted(harness, await tokenAt(harness, { key: harness.issuer.keys.find((k) => k.alg === 'RS256')! }))
+    expect(harness.gateway.app.gateway.cacheStats().find((stats) => stats.name === 'jwt')).toMatchObject({ hits: 0 })
+    // Past max age and past the cooldown, the first of them tried once more; the failure changed nothing.
+    await waitFor(() => keySetStats(harness).failures >= 2, 'the max-age refresh to fail')
+    expect(keySetStats(harness)).toMatchObject({ fetches: 3, failures: 2, keys: 2, ageMs: 10 * 60_000 })
+    const warnings = harness.gateway.logs.map((line) => JSON.parse(line) as { msg: string; reason?: string })
+      .filter((entry) => entry.msg === 'key set refresh failed; keeping the keys already fetched')
+    expect(warnings.map((entry) => entry.reason)).toEqual(['background', 'max age'])
+    // Back up, with a rotated key: the next refresh after the cooldown takes it.
+    harness.issuer.setDown(false)
+    const fresh = await harness.issuer.rotate('ES256', true)
+    harness.clock.advance(COOLDOWN_MS + 1)
+    await expectAccepted(harness, await tokenAt(harness, { key: fresh }))
+    expect(keySetStats(harness)).toMatchObject({ fetches: 4, failures: 2, keys: 2, ageMs: 0 })
+  })
+
+  it('logs the kids of a changed key set with the previous ones, and nothing when a refetch finds the same set', async (context) => {
+    const harness = await start(context)
+    await expectAccepted(harness, await tokenAt(harness))
+    const initial = harness.issuer.keys.map((key) => key.kid).sort()
+    const fresh = await harness.issuer.rotate('ES256')
+    harness.clock.advance(COOLDOWN_MS + 1)
+    await expectAccepted(harness, await tokenAt(harness, { key: fresh }))
+    harness.clock.advance(COOLDOWN_MS + 1)
+    await expectInvalidToken(harness, await tokenAt(harness, { kid: 'not-published' }))
+    expect(harness.issuer.jwksFetches).toBe(3)
+    expect(keySetChanges(harness.gateway)).toEqual([
+      expect.objectContaining({ issuer: harness.issuer.issuer, reason: 'initial', kids: initial, previous: [] }),
+      expect.objectContaining({ issuer: harness.issuer.issuer, reason: 'unknown kid', kids: [...initial, fresh.kid].sort(), previous: initial }),
+    ])
+    expect(harness.gateway.logs.filter((line) => line.includes('"msg":"issuer key set changed"')).every((line) => JSON.parse(line).level === 30)).toBe(true)
+  })
+
+  it('reports fetches, failures, key count and age in keySetStats', async (context) => {
+    const harness = await start(context, { before: (issuer) => issuer.setDown(true) })
+    await waitFor(() => keySetStats(harness).failures === 1, 'the boot-time fetch to fail')
+    expect(harness.gateway.app.gateway.keySetStats()).toEqual([
+      { issuer: harness.issuer.issuer, fetches: 1, failures: 1, keys: 0, ageMs: undefined },
+    ])
+    harness.issuer.setDown(false)
+    harness.clock.advance(COOLDOWN_MS + 1)
+    await expectAccepted(harness, await tokenAt(harness))
+    expect(keySetStats(harness)).toEqual({ issuer: harness.issuer.issuer, fetches: 2, failures: 1, keys: 2, ageMs: 0 })
+    harness.clock.advance(5000)
+    expect(keySetStats(harness)).toMatchObject({ ageMs: 5000 })
+    await harness.issuer.rotate('RS256')
+    harness.clock.advance(COOLDOWN_MS)
+    await expectInvalidToken(harness, await tokenAt(harness, { kid: 'not-published' }))
+    expect(keySetStats(harness)).toEqual({ issuer: harness.issuer.issuer, fetches: 3, failures: 1, keys: 3, ageMs: 0 })
   })
 })

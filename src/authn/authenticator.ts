@@ -89,6 +89,7 @@ export class Authenticator {
   }
 
   private async authenticateJwt(token: string, hashOfToken: string): Promise<Principal> {
+    // The hot path: a hit costs one hash and one lookup, no decoding.
     const cache = this.jwtCache
     const key = this.policyTag + hashOfToken
     const hit = cache?.get(key)
@@ -99,12 +100,11 @@ export class Authenticator {
     if (!issuer.jwt) return issuer.introspection!.authenticate(token, hashOfToken)
     const jwt = issuer.jwt
     if (!cache) return jwt.verify(token, header)
-    const entry = await cache.getOrLoad(key, async () => {
+    // load() caches the entry, unless an invalidation arrived while the verification ran.
+    const entry = await cache.load(key, async (): Promise<JwtEntry> => {
       const principal = await jwt.verify(token, header)
       // RFC 9068 requires exp, and verify() insists on it: an entry never outlives the token.
-      const verified: JwtEntry = { principal, expiresAtMs: principal.expiresAt! * 1000 }
-      cache.set(key, verified)
-      return verified
+      return { principal, expiresAtMs: principal.expiresAt! * 1000 }
     })
     return entry.principal
   }

@@ -20,6 +20,9 @@ export type IntrospectionEntry =
 
 const MAX_RESPONSE_BYTES = 64 * 1024
 
+/** The endpoint answered, but with more than we read: an answer we refuse, not an endpoint that is down. */
+class OversizedAnswer extends Error {}
+
 /** RFC 6749 §2.3.1: client_id and secret are form-encoded before they are joined for Basic. */
 function basicCredentials(clientId: string, secret: string): string {
   const encode = (value: string) => encodeURIComponent(value).replace(/%20/g, '+')
@@ -77,11 +80,8 @@ export class IntrospectionClient {
 
   async authenticate(token: string, hashOfToken: string): Promise<Principal> {
     const key = this.cacheKey(hashOfToken)
-    const entry = await this.cache.getOrLoad(key, async () => {
-      const answer = await this.introspect(token)
-      this.cache.set(key, answer)
-      return answer
-    })
+    // getOrLoad caches the answer, unless the token was invalidated while the endpoint was answering.
+    const entry = await this.cache.getOrLoad(key, () => this.introspect(token))
     if (!entry.active) throw new InvalidToken(entry.reason)
     return entry.principal
   }
@@ -108,6 +108,7 @@ export class IntrospectionClient {
       })
       text = await readLimited(response.body)
     } catch (error) {
+      if (error instanceof OversizedAnswer) throw new InvalidToken('introspection_too_large', error)
       this.log.warn({ issuer: this.issuer, err: { message: (error as Error).message, code: (error as { code?: string }).code } },
         'introspection endpoint unreachable')
       throw new TemporarilyUnavailable('introspection_unavailable', 1, error)
@@ -163,7 +164,7 @@ async function readLimited(body: Dispatcher.ResponseData['body']): Promise<strin
     size += (chunk as Buffer).length
     if (size > MAX_RESPONSE_BYTES) {
       body.destroy()
-      throw new Error(`introspection response larger than ${MAX_RESPONSE_BYTES} bytes`)
+      throw new OversizedAnswer(`introspection response larger than ${MAX_RESPONSE_BYTES} bytes`)
     }
     chunks.push(chunk as Buffer)
   }

@@ -37,6 +37,11 @@ export class TokenCache<V extends Expiring> {
   private evictions = 0
   private expirations = 0
   private invalidations = 0
+  /**
+   * Bumped by every invalidation. A validation that began before one is not cached: its answer may
+   * predate the revocation that caused it (the endpoint said active, the token was revoked meanwhile).
+   */
+  private generation = 0
   /** Promises of validations in flight, by cache key (single-flight). */
   readonly inflight = new Map<string, Promise<V>>()
 
@@ -69,20 +74,36 @@ export class TokenCache<V extends Expiring> {
 
   /**
    * The cached value, or the one validation in flight for this key, or a new one started by `load`;
-   * concurrent callers with the same key share one `load`.
+   * concurrent callers with the same key share one `load`. The loaded value is cached here (callers need
+   * not `set` it), unless an invalidation happened while it was loading.
    */
   async getOrLoad(key: string, load: () => Promise<V>): Promise<V> {
     const cached = this.get(key)
     if (cached !== undefined) return cached
+    return this.load(key, load)
+  }
+
+  /** After a {@link get} missed: joins the validation in flight for this key, or starts `load` as it. */
+  load(key: string, load: () => Promise<V>): Promise<V> {
     let pending = this.inflight.get(key)
     if (!pending) {
-      pending = load().finally(() => this.inflight.delete(key))
+      const generation = this.generation
+      const flight: Promise<V> = load()
+        .then((value) => {
+          if (generation === this.generation) this.set(key, value)
+          return value
+        })
+        // Only our own flight: an invalidation may have replaced it with a newer one for the same key.
+        .finally(() => { if (this.inflight.get(key) === flight) this.inflight.delete(key) })
+      pending = flight
       this.inflight.set(key, pending)
     }
     return pending
   }
 
   delete(key: string): boolean {
+    this.generation++
+    this.inflight.delete(key)
     const deleted = this.lru.delete(key)
     if (deleted) this.invalidations++
     return deleted
@@ -90,6 +111,9 @@ export class TokenCache<V extends Expiring> {
 
   /** Drops every entry the predicate selects; O(size), for the rare revocation by jti, sub or client. */
   deleteWhere(select: (value: V, key: string) => boolean): number {
+    // Whose token a validation in flight is about is not known yet: no new request joins any of them.
+    this.generation++
+    this.inflight.clear()
     let count = 0
     for (const [key, value] of this.lru.entries()) {
       if (select(value, key) && this.lru.delete(key)) count++

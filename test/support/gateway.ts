@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net'
 import { stringify } from 'yaml'
 import type { FastifyInstance } from 'fastify'
 import { buildGateway } from '../../src/gateway.js'
+import type { RevocationCheck } from '../../src/authn/authenticator.js'
 import { loadConfig } from '../../src/config/load.js'
 
 export interface RunningGateway {
@@ -23,6 +24,8 @@ export interface StartOptions {
   /** The config file's directory (relative paths resolve against it); default a fresh temp dir. */
   dir?: string
   env?: NodeJS.ProcessEnv
+  /** Passed to buildGateway: the revocation check consulted on every request, cache hits included. */
+  isRevoked?: RevocationCheck
 }
 
 export async function startGateway(config: Record<string, unknown>, options: StartOptions = {}): Promise<RunningGateway> {
@@ -35,6 +38,7 @@ export async function startGateway(config: Record<string, unknown>, options: Sta
   const app = await buildGateway(loadConfig(file, text, options.env ?? process.env), {
     logStream,
     ...(options.now && { now: options.now }),
+    ...(options.isRevoked && { isRevoked: options.isRevoked }),
   })
   await app.listen({ host: '127.0.0.1', port: 0 })
   const { port } = app.server.address() as AddressInfo
