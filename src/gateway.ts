@@ -14,6 +14,7 @@ import { Authenticator, type InvalidationSelector, type RevocationCheck } from '
 import type { KeySetStats } from './authn/jwks.js'
 import type { CacheStats } from './authn/token-cache.js'
 import { compileRules } from './rules/compile.js'
+import { createAuthServer } from './authserver/plugin.js'
 import { createUpstream, type Upstream } from './forward/proxy.js'
 import { createHeaderPolicy } from './forward/upstream-headers.js'
 import { HeadersTooLarge, MalformedRequest } from './errors/oauth-errors.js'
@@ -105,8 +106,13 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   for (const warning of configWarnings(config)) log.warn(warning)
   const now = options.now ?? Date.now
   const { rules } = compileRules(config)
+  const authServer = config.authorization_server?.enabled
+    ? await createAuthServer(app, config.authorization_server, { now })
+    : undefined
+  for (const path of authServer?.paths ?? []) fastifyPaths.add(path)
   const authenticator = new Authenticator({
     issuers: config.issuers ?? [],
+    ...(authServer && { embedded: authServer.embedded }),
     ...(config.cache && { cache: config.cache }),
     log,
     now,
@@ -124,6 +130,8 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
     log,
   })
   authenticator.prefetch()
+  // A revocation at the embedded server reaches the gateway's caches at once (checklist RV-02, RT-04).
+  if (authServer) authServer.ctx.revocations.onRevoke = (selector) => { authenticator.invalidate(selector) }
   app.decorate('gateway', {
     invalidate: (selector) => authenticator.invalidate(selector),
     cacheStats: () => authenticator.cacheStats(),
@@ -134,7 +142,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   // Before server.close(), which would otherwise wait for every upgraded socket to end by itself.
   app.addHook('preClose', async () => { pipeline!.closeUpgraded() })
   app.addHook('onClose', async () => {
-    await Promise.all([...[...upstreams.values()].map((upstream) => upstream.pool?.close()), authenticator.close()])
+    await Promise.all([...[...upstreams.values()].map((upstream) => upstream.pool?.close()), authenticator.close(), authServer?.close()])
   })
   return app
 }

@@ -6,6 +6,7 @@
  * {@link Authenticator.invalidate} call drops a token, or all of a jti, subject or client, from both caches.
  */
 import type { FastifyBaseLogger } from 'fastify'
+import type { JWTVerifyGetKey } from 'jose'
 import type { CacheConfig, IssuerConfig } from '../config/schema.js'
 import { InvalidToken } from '../errors/oauth-errors.js'
 import { IntrospectionClient, type IntrospectionEntry } from './introspection.js'
@@ -35,8 +36,25 @@ export interface InvalidationSelector {
  */
 export type RevocationCheck = (principal: Principal, hashOfToken: string) => boolean
 
+/**
+ * The embedded authorization server, trusted in-process (ARCHITECTURE "Authenticate"): its keys need no
+ * HTTP round trip, its opaque tokens are looked up in its store, and its revocations apply at once.
+ */
+export interface EmbeddedIssuer {
+  /** Its JWT policy, as for a configured issuer (issuer, audience, algorithms, require_typ). */
+  readonly policy: IssuerConfig
+  readonly getKey: JWTVerifyGetKey
+  /** Whether an opaque token is one of the embedded server's (by its prefix). */
+  ownsOpaque(token: string): boolean
+  /** The principal of a live opaque access token, or undefined. */
+  lookupOpaque(hashOfToken: string): Promise<Principal | undefined>
+  /** Its deny-list of revoked JWT access tokens. */
+  isRevoked(principal: Principal): boolean
+}
+
 export interface AuthenticatorOptions {
   issuers: readonly IssuerConfig[]
+  embedded?: EmbeddedIssuer
   cache?: CacheConfig
   log: FastifyBaseLogger
   now: () => number
@@ -66,6 +84,10 @@ export class Authenticator {
     this.introspectionCache = new TokenCache<IntrospectionEntry>('introspection', max, now)
     this.policyTag = `${tokenHash(JSON.stringify(issuers)).slice(0, 16)}:`
     this.isRevoked = options.isRevoked
+    const embedded = options.embedded
+    if (embedded) {
+      this.issuers.set(embedded.policy.issuer, { jwt: new JwtIssuer(embedded.policy, log, now, embedded.getKey), introspection: undefined })
+    }
     for (const config of issuers) {
       const hasKeys = config.jwks_uri !== undefined || config.jwks_file !== undefined || config.discovery === true
       const introspection = config.introspection ? new IntrospectionClient(config, this.introspectionCache, now, log) : undefined
@@ -76,7 +98,7 @@ export class Authenticator {
 
   /** Fetch every key set once in the background so the first request does not wait. */
   prefetch(): void {
-    for (const { jwt } of this.issuers.values()) jwt?.keySet.prefetch()
+    for (const { jwt } of this.issuers.values()) jwt?.keySet?.prefetch()
   }
 
   async authenticate(token: string): Promise<Principal> {
@@ -85,6 +107,8 @@ export class Authenticator {
       ? await this.authenticateJwt(token, hashOfToken)
       : await this.authenticateOpaque(token, hashOfToken)
     if (this.isRevoked?.(principal, hashOfToken)) throw new InvalidToken('revoked')
+    const embedded = this.options.embedded
+    if (embedded && principal.issuer === embedded.policy.issuer && embedded.isRevoked(principal)) throw new InvalidToken('revoked')
     return principal
   }
 
@@ -109,7 +133,14 @@ export class Authenticator {
     return entry.principal
   }
 
-  private authenticateOpaque(token: string, hashOfToken: string): Promise<Principal> {
+  private async authenticateOpaque(token: string, hashOfToken: string): Promise<Principal> {
+    // Contract: an opaque token goes first to the embedded issuer when it is one of its own.
+    const embedded = this.options.embedded
+    if (embedded?.ownsOpaque(token)) {
+      const principal = await embedded.lookupOpaque(hashOfToken)
+      if (!principal) throw new InvalidToken('inactive')
+      return principal
+    }
     const client = this.introspecting.find((candidate) => candidate.accepts(token))
     if (!client) throw new InvalidToken('no_introspecting_issuer')
     return client.authenticate(token, hashOfToken)
@@ -139,7 +170,7 @@ export class Authenticator {
   }
 
   keySetStats(): KeySetStats[] {
-    return [...this.issuers.values()].flatMap(({ jwt }) => (jwt ? [jwt.keySet.stats()] : []))
+    return [...this.issuers.values()].flatMap(({ jwt }) => (jwt?.keySet ? [jwt.keySet.stats()] : []))
   }
 
   /** Cache keys held now, for tests asserting no raw token is ever a key. */
@@ -148,7 +179,7 @@ export class Authenticator {
   }
 
   async close(): Promise<void> {
-    for (const { jwt } of this.issuers.values()) jwt?.keySet.close()
+    for (const { jwt } of this.issuers.values()) jwt?.keySet?.close()
     await Promise.all(this.introspecting.map((client) => client.close()))
   }
 }

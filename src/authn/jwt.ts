@@ -24,13 +24,21 @@ export const DEFAULT_ALGORITHMS: readonly JwsAlgorithm[] = ['RS256', 'ES256', 'E
 
 /** One issuer's JWT policy and key set. */
 export class JwtIssuer {
-  readonly keySet: RemoteKeySet
+  /** The remote key set; undefined for the embedded issuer, whose keys are in-process. */
+  readonly keySet: RemoteKeySet | undefined
+  private readonly getKey: JWTVerifyGetKey
   private readonly algorithms: string[]
   private readonly skewSeconds: number
-  constructor(readonly config: IssuerConfig, log: FastifyBaseLogger, private readonly now: () => number) {
+  constructor(readonly config: IssuerConfig, log: FastifyBaseLogger, private readonly now: () => number,
+    localKeys?: JWTVerifyGetKey) {
     this.algorithms = [...(config.algorithms ?? DEFAULT_ALGORITHMS)]
     this.skewSeconds = parseDuration(config.clock_skew ?? '30s') / 1000
-    this.keySet = new RemoteKeySet({
+    if (localKeys) {
+      this.keySet = undefined
+      this.getKey = localKeys
+      return
+    }
+    const keySet = new RemoteKeySet({
       issuer: config.issuer,
       ...(config.jwks_uri !== undefined && { jwksUri: config.jwks_uri }),
       ...(config.jwks_file !== undefined && { jwksUri: pathToFileURL(config.jwks_file).href }),
@@ -41,6 +49,8 @@ export class JwtIssuer {
       now,
       log,
     })
+    this.keySet = keySet
+    this.getKey = keySet.getKey
   }
 
   async verify(token: string, header: ProtectedHeaderParameters): Promise<Principal> {
@@ -58,7 +68,7 @@ export class JwtIssuer {
     }
     let payload: JWTPayload
     try {
-      payload = await verifyWithKeySet(token, this.keySet.getKey, options)
+      payload = await verifyWithKeySet(token, this.getKey, options)
     } catch (error) {
       if (error instanceof KeySetUnavailable) throw new TemporarilyUnavailable(error.message, error.retryAfterSeconds, error)
       throw new InvalidToken(rejectionOf(error), error)

@@ -3,6 +3,7 @@ import { accessSync, constants } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import type { GatewayConfig } from './schema.js'
 import { compileRules, type RuleProblem } from '../rules/compile.js'
+import { lintAuthorizationServer } from './lint-authserver.js'
 
 export interface LintProblem extends RuleProblem {
   atKey?: boolean
@@ -84,9 +85,7 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
       if (!file || !readable(file)) problems.push({ path: [...at, 'jwks_uri'], message: `cannot read ${issuer.jwks_uri}` })
     }
   })
-  if (config.authorization_server?.enabled) {
-    problems.push({ path: ['authorization_server', 'enabled'], message: 'the embedded authorization server is not available in this version; set enabled: false' })
-  }
+  problems.push(...lintAuthorizationServer(config))
   return problems
 }
 

@@ -219,6 +219,12 @@ function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
     }),
     upstreams: Object.fromEntries(Object.entries(config.upstreams).map(([name, upstream]) =>
       [name, upstream.ca_file ? { ...upstream, ca_file: resolve(upstream.ca_file) } : upstream])),
+    ...(config.authorization_server?.store?.path && {
+      authorization_server: {
+        ...config.authorization_server,
+        store: { ...config.authorization_server.store, path: resolve(config.authorization_server.store.path) },
+      },
+    }),
     ...(config.issuers && {
       issuers: config.issuers.map((issuer) => ({
         ...issuer,

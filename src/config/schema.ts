@@ -112,7 +112,61 @@ const Forward = Strict({
   trust_forwarded_headers: Type.Optional(Type.Boolean()),
 })
 
-const AuthorizationServer = Strict({ enabled: Type.Boolean() })
+/** Grant types the embedded server implements (the device URN and authorization_code arrive with the browser flows). */
+export const GRANT_TYPES = [
+  'authorization_code', 'client_credentials', 'refresh_token', 'password', 'urn:ietf:params:oauth:grant-type:device_code',
+] as const
+export const CLIENT_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none'] as const
+const ScopeToken = Type.String({ pattern: '^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$', 'x-message': 'must be a scope-token (RFC 6749 §3.3: printable ASCII, no space, " or \\)' })
+
+const Client = Strict({
+  client_id: Type.String({ pattern: '^[\\x21-\\x7e]{1,255}$', 'x-message': 'must be 1-255 printable ASCII characters' }),
+  client_secret: Type.Optional(Type.String({ minLength: 16, 'x-message': 'must be at least 16 characters' })),
+  client_secret_hash: Type.Optional(Type.String({ pattern: '^scrypt\\$', 'x-message': 'must be the output of `portcullis hash-secret`' })),
+  token_endpoint_auth_method: Type.Optional(StringEnum(CLIENT_AUTH_METHODS)),
+  grant_types: Type.Array(StringEnum(GRANT_TYPES), { minItems: 1 }),
+  redirect_uris: Type.Optional(Type.Array(NonEmpty)),
+  require_state: Type.Optional(Type.Boolean()),
+  require_pkce: Type.Optional(Type.Boolean()),
+  first_party: Type.Optional(Type.Boolean()),
+  scopes: Type.Array(ScopeToken),
+  audience: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
+  name: Type.Optional(NonEmpty),
+})
+
+const User = Strict({
+  username: Type.String({ pattern: '^[\\x21-\\x7e]{1,255}$', 'x-message': 'must be 1-255 printable ASCII characters' }),
+  sub: Type.Optional(Type.String({ pattern: '^[\\x21-\\x7e]{1,255}$', 'x-message': 'must be 1-255 printable ASCII characters' })),
+  password: Type.Optional(NonEmpty),
+  password_hash: Type.Optional(Type.String({ pattern: '^scrypt\\$', 'x-message': 'must be the output of `portcullis hash-secret`' })),
+  claims: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+})
+
+const AuthorizationServer = Strict({
+  enabled: Type.Boolean(),
+  issuer: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+(/[^?#]*)?$', 'x-message': 'must be an http(s) URL without query or fragment' })),
+  store: Type.Optional(Strict({
+    type: StringEnum(['sqlite', 'memory'] as const),
+    path: Type.Optional(NonEmpty),
+  })),
+  signing: Type.Optional(Strict({
+    algorithm: Type.Optional(StringEnum(['ES256', 'RS256', 'EdDSA'] as const)),
+    rotation_publish_delay: Type.Optional(Duration),
+  })),
+  access_token: Type.Optional(Strict({
+    format: Type.Optional(StringEnum(['jwt', 'opaque'] as const)),
+    ttl: Type.Optional(Duration),
+    audience: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
+  })),
+  refresh_token: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),
+  clients: Type.Optional(Type.Array(Client)),
+  users: Type.Optional(Type.Array(User)),
+  throttling: Type.Optional(Strict({
+    failures_per_client: Type.Optional(Type.Integer({ minimum: 1 })),
+    failures_per_ip: Type.Optional(Type.Integer({ minimum: 1 })),
+    window: Type.Optional(Duration),
+  })),
+})
 
 const Cache = Strict({
   max_entries: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
@@ -142,6 +196,10 @@ export type UpstreamConfig = Static<typeof Upstream>
 export type ForwardConfig = Static<typeof Forward>
 export type IntrospectionConfig = Static<typeof Introspection>
 export type CacheConfig = Static<typeof Cache>
+export type AuthorizationServerConfig = Static<typeof AuthorizationServer>
+export type ClientConfig = Static<typeof Client>
+export type UserConfig = Static<typeof User>
+export type GrantType = (typeof GRANT_TYPES)[number]
 export type JwsAlgorithm = (typeof JWS_ALGORITHMS)[number]
 export type HttpMethod = (typeof HTTP_METHODS)[number]
 export type { TSchema }

@@ -6,6 +6,9 @@ export type ErrorCode =
   | 'invalid_request' | 'invalid_token' | 'insufficient_scope' | 'temporarily_unavailable' | 'server_error'
   | 'unauthorized' | 'not_found' | 'method_not_allowed' | 'request_too_large' | 'headers_too_large'
   | 'bad_gateway' | 'gateway_timeout'
+  // RFC 6749 §5.2 and RFC 8628 §3.5, answered by the embedded authorization server
+  | 'invalid_client' | 'invalid_grant' | 'unauthorized_client' | 'unsupported_grant_type' | 'invalid_scope'
+  | 'authorization_pending' | 'slow_down' | 'access_denied' | 'expired_token' | 'invalid_target'
 
 export interface ErrorInternals {
   detail?: string
@@ -100,4 +103,39 @@ export class ServerError extends GatewayError {
   readonly code = 'server_error'
   readonly status = 500
   constructor(cause: unknown) { super('internal error', { detail: 'unexpected error', cause }) }
+}
+
+/** RFC 6749 §5.2: 401; with a Basic challenge when the client tried the Authorization header. */
+export class InvalidClient extends GatewayError {
+  readonly code = 'invalid_client'
+  readonly status = 401
+  constructor(readonly usedAuthorizationHeader: boolean, detail: string) {
+    super('client authentication failed', { detail })
+  }
+}
+export class InvalidGrant extends GatewayError {
+  readonly code = 'invalid_grant'
+  readonly status = 400
+  constructor(detail: string, description = 'the grant is invalid, expired or revoked') { super(description, { detail }) }
+}
+export class UnauthorizedClient extends GatewayError {
+  readonly code = 'unauthorized_client'
+  readonly status = 400
+  constructor(detail: string) { super('the client may not use this grant', { detail }) }
+}
+export class UnsupportedGrantType extends GatewayError {
+  readonly code = 'unsupported_grant_type'
+  readonly status = 400
+  constructor(detail: string) { super('this grant type is not supported', { detail }) }
+}
+export class InvalidScope extends GatewayError {
+  readonly code = 'invalid_scope'
+  readonly status = 400
+  constructor(detail: string) { super('the requested scope is invalid or exceeds what was granted', { detail }) }
+}
+/** Brute-force protection (checklist CA-09): 429 with Retry-After; no registered code, so temporarily_unavailable. */
+export class TooManyAttempts extends GatewayError {
+  readonly code = 'temporarily_unavailable'
+  readonly status = 429
+  constructor(readonly retryAfterSeconds: number, detail: string) { super('too many failed attempts; retry later', { detail }) }
 }

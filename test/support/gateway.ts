@@ -26,6 +26,8 @@ export interface StartOptions {
   env?: NodeJS.ProcessEnv
   /** Passed to buildGateway: the revocation check consulted on every request, cache hits included. */
   isRevoked?: RevocationCheck
+  /** Listen on this port instead of an ephemeral one (an embedded issuer URL must name the real port). */
+  port?: number
 }
 
 export async function startGateway(config: Record<string, unknown>, options: StartOptions = {}): Promise<RunningGateway> {
@@ -40,7 +42,7 @@ export async function startGateway(config: Record<string, unknown>, options: Sta
     ...(options.now && { now: options.now }),
     ...(options.isRevoked && { isRevoked: options.isRevoked }),
   })
-  await app.listen({ host: '127.0.0.1', port: 0 })
+  await app.listen({ host: '127.0.0.1', port: options.port ?? 0 })
   const { port } = app.server.address() as AddressInfo
   const scheme = (config.server as { tls?: unknown } | undefined)?.tls ? 'https' : 'http'
   return { app, url: `${scheme}://127.0.0.1:${port}`, port, logs, close: () => app.close() }
@@ -93,4 +95,24 @@ export async function rawRequest(port: number, text: string): Promise<{ status: 
 
 export function addressOf(app: FastifyInstance): AddressInfo {
   return app.server.address() as AddressInfo
+}
+
+/**
+ * A gateway with the embedded authorization server on a port chosen first, so that `issuer` is its real
+ * URL (strict clients fetch the endpoints the metadata names). `authorizationServer` is merged over a
+ * memory store, and `extra` over the rest of the config.
+ */
+export async function startAuthServerGateway(authorizationServer: Record<string, unknown>,
+  extra: Record<string, unknown> = {}, options: StartOptions = {}): Promise<RunningGateway & { issuer: string }> {
+  const { closedPort } = await import('./upstream.js')
+  const port = options.port ?? await closedPort()
+  const issuer = `http://127.0.0.1:${port}`
+  const gateway = await startGateway({
+    upstreams: { echo: { url: 'builtin:echo' } },
+    routes: [{ id: 'api', path: '/api/**', upstream: 'echo', auth: 'required' }],
+    log: { level: 'debug' },
+    ...extra,
+    authorization_server: { enabled: true, issuer, store: { type: 'memory' }, ...authorizationServer },
+  }, { ...options, port })
+  return { ...gateway, issuer }
 }

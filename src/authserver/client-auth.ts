@@ -1,0 +1,123 @@
+/**
+ * Client authentication at the back-channel endpoints (checklist §1): client_secret_basic,
+ * client_secret_post, or `none` for public clients, which only identify themselves. Secrets are compared
+ * only through RegisteredClient.verifySecret (constant time, G-10); failures are throttled (CA-09).
+ */
+import type { FastifyRequest } from 'fastify'
+import { InvalidClient, InvalidRequest } from '../errors/oauth-errors.js'
+import type { ClientAuthMethod, RegisteredClient } from './clients.js'
+import type { AuthServerContext } from './context.js'
+import type { Form } from './http.js'
+
+export interface BasicCredentials {
+  readonly clientId: string
+  readonly clientSecret: string
+}
+
+interface PresentedCredentials {
+  readonly method: ClientAuthMethod
+  readonly clientId: string
+  readonly clientSecret?: string
+  /** RFC 6749 §5.2: the 401 then carries a Basic challenge. */
+  readonly usedAuthorizationHeader: boolean
+}
+
+const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+
+/** RFC 6749 App. B: `+` is a space, then %XX octets as UTF-8; a bad %-sequence is malformed (CA-02). */
+function formDecode(part: string): string {
+  try {
+    return decodeURIComponent(part.replace(/\+/g, ' '))
+  } catch (error) {
+    throw new InvalidRequest('malformed Basic credentials', { detail: 'bad %-sequence in the Basic credentials', cause: error })
+  }
+}
+
+/**
+ * The client_id and secret of an `Authorization: Basic` header (CA-01, CA-02): base64, split at the
+ * first `:`, each part form-decoded. Malformed base64, no `:` or a bad %-sequence → 400 invalid_request.
+ */
+export function decodeBasicCredentials(header: string): BasicCredentials {
+  const match = /^(\S+)[ \t]+(\S+)[ \t]*$/.exec(header)
+  if (!match || match[1]!.toLowerCase() !== 'basic') {
+    throw new InvalidRequest('the Authorization header must carry Basic credentials', { detail: 'not a Basic Authorization header' })
+  }
+  const token = match[2]!
+  const padded = token.includes('=')
+  if (!BASE64.test(token) || (padded ? token.length % 4 !== 0 : token.length % 4 === 1)) {
+    throw new InvalidRequest('malformed Basic credentials', { detail: 'the Basic credentials are not base64' })
+  }
+  let decoded: string
+  try {
+    decoded = utf8.decode(Buffer.from(token, 'base64'))
+  } catch (error) {
+    throw new InvalidRequest('malformed Basic credentials', { detail: 'the Basic credentials are not UTF-8', cause: error })
+  }
+  const colon = decoded.indexOf(':')
+  if (colon === -1) throw new InvalidRequest('malformed Basic credentials', { detail: 'no ":" in the Basic credentials' })
+  return { clientId: formDecode(decoded.slice(0, colon)), clientSecret: formDecode(decoded.slice(colon + 1)) }
+}
+
+/** Which mechanism the request used, and with what; two at once is invalid_request (CA-05). */
+function presentedCredentials(header: string | undefined, form: Form): PresentedCredentials {
+  const bodyId = form.get('client_id')
+  const bodySecret = form.get('client_secret')
+  const assertion = form.has('client_assertion') || form.has('client_assertion_type')
+  if (header !== undefined) {
+    const basic = decodeBasicCredentials(header)
+    if (bodySecret !== undefined || assertion) throw new InvalidRequest('use exactly one client authentication mechanism')
+    if (bodyId !== undefined && bodyId !== basic.clientId) {
+      throw new InvalidRequest('client_id differs from the Basic credentials')
+    }
+    return { method: 'client_secret_basic', clientId: basic.clientId, clientSecret: basic.clientSecret, usedAuthorizationHeader: true }
+  }
+  if (assertion) {
+    if (bodySecret !== undefined) throw new InvalidRequest('use exactly one client authentication mechanism')
+    throw new InvalidClient(false, 'client assertions (private_key_jwt, client_secret_jwt) are not supported')
+  }
+  if (bodyId === undefined) throw new InvalidClient(false, 'no client_id and no Authorization header')
+  if (bodySecret !== undefined) return { method: 'client_secret_post', clientId: bodyId, clientSecret: bodySecret, usedAuthorizationHeader: false }
+  return { method: 'none', clientId: bodyId, usedAuthorizationHeader: false }
+}
+
+async function verifyClient(presented: PresentedCredentials, ctx: AuthServerContext): Promise<RegisteredClient> {
+  const { clientId, clientSecret, usedAuthorizationHeader: header } = presented
+  const client = ctx.clients.find(clientId)
+  if (!client) throw new InvalidClient(header, `unknown client ${JSON.stringify(clientId.slice(0, 64))}`)
+  if (!client.confidential) {
+    // CA-06/CA-07: a public client only names itself; a secret (Basic, even an empty one) is refused.
+    if (presented.method !== 'none') throw new InvalidClient(header, `public client ${clientId} sent a secret`)
+    return client
+  }
+  if (clientSecret === undefined) throw new InvalidClient(false, `confidential client ${clientId} sent no secret`)
+  // CA-04: basic and post are both accepted whichever one the client registered.
+  if (!(await client.verifySecret(clientSecret))) throw new InvalidClient(header, `wrong secret for client ${clientId}`)
+  return client
+}
+
+/**
+ * The client behind this request, authenticated (confidential) or identified (public). Throws 400
+ * invalid_request for malformed or doubled credentials, 401 invalid_client when authentication fails,
+ * 429 once the client_id or the source address has failed too often (CA-09).
+ */
+export async function authenticateClient(request: FastifyRequest, form: Form, ctx: AuthServerContext): Promise<RegisteredClient> {
+  const ipKey = `ip:${request.ip}`
+  let presented: PresentedCredentials
+  try {
+    presented = presentedCredentials(request.headers.authorization, form)
+  } catch (error) {
+    // Nothing names a client: only the source address is checked and charged.
+    await ctx.throttle.check([ipKey])
+    await ctx.throttle.fail([ipKey])
+    throw error
+  }
+  const keys = [`client:${presented.clientId}`, ipKey]
+  await ctx.throttle.check(keys)
+  try {
+    return await verifyClient(presented, ctx)
+  } catch (error) {
+    await ctx.throttle.fail(keys)
+    throw error
+  }
+}

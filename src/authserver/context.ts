@@ -1,0 +1,51 @@
+/** Everything an endpoint or grant of the embedded server needs, built once by createAuthServer. */
+import type { FastifyBaseLogger } from 'fastify'
+import type { JSONWebKeySet, JWTVerifyGetKey, CryptoKey } from 'jose'
+import type { ClientRegistry } from './clients.js'
+import type { AuthServerSettings } from './settings.js'
+import type { StorageAdapter } from './storage/adapter.js'
+import type { UserDirectory } from './users.js'
+import type { TokenService } from './tokens.js'
+import type { RevocationList } from './revocations.js'
+
+export type SigningAlgorithm = 'ES256' | 'RS256' | 'EdDSA'
+
+export interface ActiveSigningKey {
+  readonly kid: string
+  readonly alg: SigningAlgorithm
+  readonly privateKey: CryptoKey
+}
+
+/** The server's own keys (src/authserver/keys.ts): generated on first start, kept in the store. */
+export interface SigningKeys {
+  /** The key new tokens of this algorithm are signed with now (throws if there is none). */
+  current(alg: SigningAlgorithm): ActiveSigningKey
+  /** The published keys, public members only (checklist JW-02/03). */
+  jwks(): JSONWebKeySet
+  /** jose key resolver over the published keys: the gateway verifies embedded tokens with it, in-process. */
+  readonly getKey: JWTVerifyGetKey
+  close(): void
+}
+
+/**
+ * Brute-force protection (checklist CA-09, PW-04, DV-04): failures counted per key in a window; once a
+ * key is over its limit, `check` throws TooManyAttempts (429 + Retry-After). Keys look like `client:<id>`,
+ * `ip:<address>`, `user:<name>`.
+ */
+export interface Throttle {
+  check(keys: readonly string[]): Promise<void>
+  fail(keys: readonly string[]): Promise<void>
+}
+
+export interface AuthServerContext {
+  readonly settings: AuthServerSettings
+  readonly store: StorageAdapter
+  readonly keys: SigningKeys
+  readonly clients: ClientRegistry
+  readonly users: UserDirectory
+  readonly tokens: TokenService
+  readonly revocations: RevocationList
+  readonly throttle: Throttle
+  readonly now: () => number
+  readonly log: FastifyBaseLogger
+}

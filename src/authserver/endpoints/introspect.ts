@@ -1,0 +1,57 @@
+/**
+ * RFC 7662 introspection (checklist §6): confidential callers only (IN-01); every inactive case is
+ * exactly `{"active":false}` (IN-03); an active token is shown only to its own client or to a client in
+ * its audience (IN-06), with the token's own claims (IN-04).
+ */
+import type { FastifyInstance } from 'fastify'
+import { InvalidClient, InvalidRequest } from '../../errors/oauth-errors.js'
+import { authenticateClient } from '../client-auth.js'
+import type { AuthServerContext } from '../context.js'
+import { noStore, parseForm, refuseOtherMethods, rejectCredentialsInQuery, sendOAuthError } from '../http.js'
+import { findToken } from '../token-lookup.js'
+
+const INACTIVE = JSON.stringify({ active: false })
+
+export function registerIntrospection(app: FastifyInstance, ctx: AuthServerContext): string[] {
+  const path = `${ctx.settings.prefix}/introspect`
+  app.post(path, async (request, reply) => {
+    try {
+      rejectCredentialsInQuery(request)
+      const form = parseForm(request.body)
+      const client = await authenticateClient(request, form, ctx)
+      if (!client.confidential) throw new InvalidClient(false, 'public clients may not introspect')
+      const token = form.get('token')
+      if (token === undefined) throw new InvalidRequest('token is required')
+      const found = await findToken(ctx, token, form.get('token_type_hint'))
+      noStore(reply).header('content-type', 'application/json; charset=utf-8')
+      if (!found) return reply.send(INACTIVE)
+      if (found.type === 'refresh_token') {
+        const record = found.record
+        // IN-04: a refresh token is visible to its own client only, and has no token_type.
+        if (record.clientId !== client.clientId) return reply.send(INACTIVE)
+        return reply.send(JSON.stringify({
+          active: true, scope: record.scope.join(' '), client_id: record.clientId, sub: record.sub,
+          exp: found.exp, iss: ctx.settings.issuer,
+        }))
+      }
+      const accessRecord = found.record
+      if (accessRecord.clientId !== client.clientId && !accessRecord.aud.includes(client.clientId)) return reply.send(INACTIVE)
+      return reply.send(JSON.stringify({
+        active: true,
+        scope: accessRecord.scope,
+        client_id: accessRecord.clientId,
+        token_type: 'Bearer',
+        exp: accessRecord.exp,
+        iat: accessRecord.iat,
+        sub: accessRecord.sub,
+        aud: accessRecord.aud.length === 1 ? accessRecord.aud[0] : accessRecord.aud,
+        iss: ctx.settings.issuer,
+        jti: accessRecord.jti,
+      }))
+    } catch (error) {
+      return sendOAuthError(reply, error, ctx.settings.issuer)
+    }
+  })
+  refuseOtherMethods(app, path, ['POST'], ctx.settings.issuer)
+  return [path]
+}

@@ -1,0 +1,81 @@
+/**
+ * Authorization server metadata (checklist §7): RFC 8414 at `/.well-known/oauth-authorization-server` with
+ * the issuer's path appended (the well-known segment is inserted, §3.1), and OpenID Connect Discovery at
+ * `{issuer}/.well-known/openid-configuration` (appended, §4). Both documents are the same JSON, built once:
+ * a client must find the same values whichever it reads (RFC 9068 §4, MD-04).
+ */
+import type { FastifyInstance } from 'fastify'
+import { GRANT_TYPES, type GrantType } from '../../config/schema.js'
+import type { AuthServerContext } from '../context.js'
+import { servePublicDocument } from './public-document.js'
+
+/**
+ * What the embedded server serves, so the metadata never advertises what is not there (MD-03, MD-04).
+ * `/token`, `/revoke`, `/introspect` and `/jwks` are always mounted and always listed; the rest appear
+ * only when their name is in the set:
+ * - `authorization`: authorization_endpoint, response_types_supported, response_modes_supported,
+ *   code_challenge_methods_supported and authorization_response_iss_parameter_supported (RFC 9207);
+ * - `userinfo`: userinfo_endpoint;
+ * - `device_authorization`: device_authorization_endpoint (RFC 8628);
+ * - `id_token`: ID tokens are issued (OpenID Connect): id_token_signing_alg_values_supported;
+ * - `grant:<grant_type>` (e.g. `grant:client_credentials`): that grant, in grant_types_supported; `password`
+ *   is listed only if, besides, some client is registered for it (checklist PW-01).
+ */
+export interface ImplementedEndpoints {
+  readonly implemented: ReadonlySet<string>
+}
+
+const TOKEN_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none']
+
+/** RFC 8414 §2 (MD-04): an empty array is left out rather than sent. */
+const nonEmpty = (name: string, values: readonly unknown[]) => (values.length > 0 ? { [name]: values } : {})
+
+function metadataDocument(ctx: AuthServerContext, { implemented }: ImplementedEndpoints): Record<string, unknown> {
+  const { settings } = ctx
+  const has = (name: string) => implemented.has(name)
+  // MD-04: every URL absolute, under the issuer's origin and path.
+  const base = new URL(settings.issuer).origin + settings.prefix
+  const grants = GRANT_TYPES.filter((grant: GrantType) =>
+    has(`grant:${grant}`) && (grant !== 'password' || settings.grantTypes.has('password')))
+  const scopes = [...new Set(ctx.clients.all().flatMap((client) => [...client.scopes]))]
+  const authorization = has('authorization')
+  return {
+    // G-01 / MD-02: the configured string itself, byte for byte.
+    issuer: settings.issuer,
+    ...(authorization && { authorization_endpoint: `${base}/authorize` }),
+    token_endpoint: `${base}/token`,
+    jwks_uri: `${base}/jwks`,
+    ...(has('userinfo') && { userinfo_endpoint: `${base}/userinfo` }),
+    revocation_endpoint: `${base}/revoke`,
+    introspection_endpoint: `${base}/introspect`,
+    ...(has('device_authorization') && { device_authorization_endpoint: `${base}/device_authorization` }),
+    ...nonEmpty('scopes_supported', scopes),
+    ...(authorization && { response_types_supported: ['code'], response_modes_supported: ['query'] }),
+    // Explicit: RFC 8414 §2 reads an absent member as ["authorization_code", "implicit"].
+    ...nonEmpty('grant_types_supported', grants),
+    token_endpoint_auth_methods_supported: TOKEN_AUTH_METHODS,
+    revocation_endpoint_auth_methods_supported: TOKEN_AUTH_METHODS,
+    // IN-01: introspection is for authenticated callers only.
+    introspection_endpoint_auth_methods_supported: TOKEN_AUTH_METHODS.filter((method) => method !== 'none'),
+    // RFC 9700 §2.1.1: how clients find out PKCE is supported.
+    ...(authorization && { code_challenge_methods_supported: ['S256'] }),
+    subject_types_supported: ['public'],
+    // OIDC Discovery §3: RS256 MUST be listed; without this member o4w accepts RS256 ID tokens only.
+    ...(has('id_token') && { id_token_signing_alg_values_supported: [...new Set([settings.algorithm, 'RS256'])] }),
+    ...(authorization && { authorization_response_iss_parameter_supported: true }),
+  }
+}
+
+/** Registers both metadata documents; returns their paths. */
+export function registerMetadata(app: FastifyInstance, ctx: AuthServerContext, endpoints: ImplementedEndpoints): string[] {
+  const body = JSON.stringify(metadataDocument(ctx, endpoints))
+  const paths = [
+    `/.well-known/oauth-authorization-server${ctx.settings.prefix}`,
+    `${ctx.settings.prefix}/.well-known/openid-configuration`,
+  ]
+  for (const path of paths) {
+    // MD-05 [DECISION]: five minutes; the document changes only with the configuration.
+    servePublicDocument(app, path, { contentType: 'application/json', maxAgeSeconds: 300, body: () => body, issuer: ctx.settings.issuer })
+  }
+  return paths
+}

@@ -1,0 +1,42 @@
+/**
+ * RFC 7009 token revocation (checklist §5): the caller authenticates (public clients name themselves),
+ * and the answer is 200 with an empty body for anything that is not an error of the request itself —
+ * unknown, expired, already revoked, or another client's token (RV-04, RV-06: no oracle).
+ */
+import type { FastifyInstance } from 'fastify'
+import { InvalidRequest } from '../../errors/oauth-errors.js'
+import { authenticateClient } from '../client-auth.js'
+import type { AuthServerContext } from '../context.js'
+import { noStore, parseForm, refuseOtherMethods, rejectCredentialsInQuery, sendOAuthError } from '../http.js'
+import { revokeGrant } from '../revoke-grant.js'
+import { findToken } from '../token-lookup.js'
+
+export function registerRevocation(app: FastifyInstance, ctx: AuthServerContext): string[] {
+  const path = `${ctx.settings.prefix}/revoke`
+  app.post(path, async (request, reply) => {
+    try {
+      rejectCredentialsInQuery(request)
+      const form = parseForm(request.body)
+      const client = await authenticateClient(request, form, ctx)
+      const token = form.get('token')
+      if (token === undefined) throw new InvalidRequest('token is required')
+      const found = await findToken(ctx, token, form.get('token_type_hint'))
+      if (found && found.record.clientId === client.clientId) {
+        if (found.type === 'refresh_token') {
+          // RV-03: revoking a refresh token ends its grant, access tokens included.
+          await revokeGrant(ctx, found.record.grantId, 'refresh token revoked')
+        } else {
+          // RV-02 / RV-07: an access token alone; its refresh token lives on.
+          await ctx.store.destroy('access_token', found.id)
+          if (found.record.format === 'jwt') await ctx.revocations.revokeJti(found.record.jti, found.record.exp)
+          else ctx.revocations.onRevoke({ tokenHash: found.id })
+        }
+      }
+      return noStore(reply).code(200).header('content-length', '0').send()
+    } catch (error) {
+      return sendOAuthError(reply, error, ctx.settings.issuer)
+    }
+  })
+  refuseOtherMethods(app, path, ['POST'], ctx.settings.issuer)
+  return [path]
+}

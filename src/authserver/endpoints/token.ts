@@ -1,0 +1,64 @@
+/**
+ * The token endpoint (checklist §3): POST only, form body, no credentials in the query, then grant_type
+ * → client authentication → the client's registration → the grant module. Every answer, success or
+ * error, is no-store (G-04); errors are 400 except invalid_client (401) and throttling (429).
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { InvalidRequest, UnauthorizedClient, UnsupportedGrantType } from '../../errors/oauth-errors.js'
+import { authenticateClient } from '../client-auth.js'
+import type { AuthServerContext } from '../context.js'
+import type { GrantHandler } from '../grants/grant.js'
+import { noStore, parseForm, refuseOtherMethods, rejectCredentialsInQuery, sendOAuthError } from '../http.js'
+
+/** RFC 8707 allows several `resource` parameters; every other repeated parameter is invalid_request (G-06). */
+const REPEATABLE = new Set(['resource'])
+
+/** G-05: the media type must be a form, with or without parameters such as `;charset=UTF-8`. */
+function isForm(contentType: string | undefined): boolean {
+  return contentType?.split(';', 1)[0]!.trim().toLowerCase() === 'application/x-www-form-urlencoded'
+}
+
+export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerContext, grants: ReadonlyMap<string, GrantHandler>): string[] {
+  const path = `${ctx.settings.prefix}/token`
+  const { issuer } = ctx.settings
+
+  /** Implemented, and some client is registered for it: otherwise unsupported (T-02, PW-01). */
+  function grantFor(grantType: string): GrantHandler {
+    const handler = grants.get(grantType)
+    // RFC 9700 §2.1.2: implicit is never a token-endpoint grant, whatever is registered.
+    if (grantType === 'implicit' || !handler || !ctx.settings.grantTypes.has(handler.grantType)) {
+      throw new UnsupportedGrantType(`grant_type ${JSON.stringify(grantType.slice(0, 100))} is not supported`)
+    }
+    return handler
+  }
+
+  app.post(path, {
+    // Checked before any body is read, so credentials in the URI or a JSON body are refused, not parsed.
+    onRequest: async (request: FastifyRequest, reply: FastifyReply) => {
+      try {
+        rejectCredentialsInQuery(request)
+        if (!isForm(request.headers['content-type'])) throw new InvalidRequest('the body must be application/x-www-form-urlencoded')
+      } catch (error) {
+        return sendOAuthError(reply, error, issuer)
+      }
+      return undefined
+    },
+  }, async (request, reply) => {
+    try {
+      const form = parseForm(request.body, REPEATABLE)
+      const grantType = form.get('grant_type')
+      if (grantType === undefined) throw new InvalidRequest('grant_type is required')
+      const handler = grantFor(grantType)
+      const client = await authenticateClient(request, form, ctx)
+      if (!client.grantTypes.has(handler.grantType)) {
+        throw new UnauthorizedClient(`client ${client.clientId} is not registered for ${handler.grantType}`)
+      }
+      const body = await handler.handle({ form, client, ip: request.ip, ctx })
+      return noStore(reply).code(200).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))
+    } catch (error) {
+      return sendOAuthError(reply, error, issuer)
+    }
+  })
+  refuseOtherMethods(app, path, ['POST'], issuer)
+  return [path]
+}

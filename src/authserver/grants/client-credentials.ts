@@ -1,0 +1,28 @@
+/**
+ * grant_type=client_credentials (checklist §3.4): confidential clients only (CC-01), a scope within the
+ * client's registration or all of it when omitted, never `openid` (CC-02), no refresh token (CC-03), and
+ * the client is its own subject (CC-04, RFC 9068 §2.2).
+ */
+import { InvalidScope, UnauthorizedClient } from '../../errors/oauth-errors.js'
+import { grantScope, parseScope } from '../scope.js'
+import type { GrantHandler } from './grant.js'
+
+/** OIDC scopes describe a user; a client acting for itself has none (CC-02). */
+const OPENID = 'openid'
+
+export const clientCredentialsGrant: GrantHandler = {
+  grantType: 'client_credentials',
+  parameters: ['scope'],
+  async handle({ form, client, ctx }) {
+    // RFC 6749 §4.4: only a client that authenticated may act on its own behalf.
+    if (!client.confidential) throw new UnauthorizedClient(`public client ${client.clientId} cannot use client_credentials`)
+    const requested = form.get('scope')
+    if (requested !== undefined && parseScope(requested).includes(OPENID)) {
+      throw new InvalidScope('openid is not available to client_credentials')
+    }
+    // Omitted: every registered scope except openid, which a client may also hold for its browser flows.
+    const scope = grantScope(requested, [...client.scopes].filter((name) => name !== OPENID))
+    const grant = await ctx.tokens.startGrant(client, client.clientId, scope, undefined, false)
+    return ctx.tokens.respond(client, grant, scope, false)
+  },
+}

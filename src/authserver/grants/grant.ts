@@ -1,0 +1,22 @@
+/** A grant type is one module: its name, the parameters it reads, and `handle` (STYLE §5). */
+import type { GrantType } from '../../config/schema.js'
+import type { RegisteredClient } from '../clients.js'
+import type { AuthServerContext } from '../context.js'
+import type { Form } from '../http.js'
+import type { TokenResponseBody } from '../tokens.js'
+
+export interface GrantRequest {
+  readonly form: Form
+  /** Already authenticated (or identified, for public clients) and registered for this grant. */
+  readonly client: RegisteredClient
+  /** The caller's address, for throttling. */
+  readonly ip: string
+  readonly ctx: AuthServerContext
+}
+
+export interface GrantHandler {
+  readonly grantType: GrantType
+  /** The form parameters the grant reads besides grant_type and client authentication. */
+  readonly parameters: readonly string[]
+  handle(request: GrantRequest): Promise<TokenResponseBody>
+}

@@ -1,0 +1,9 @@
+/** The grant map of the token endpoint: grant_type → module (STYLE §5). The browser and device grants join it next. */
+import type { GrantHandler } from './grant.js'
+import { clientCredentialsGrant } from './client-credentials.js'
+import { passwordGrant } from './password.js'
+import { refreshTokenGrant } from './refresh-token.js'
+
+export function createGrantMap(): ReadonlyMap<string, GrantHandler> {
+  return new Map([clientCredentialsGrant, refreshTokenGrant, passwordGrant].map((grant) => [grant.grantType, grant]))
+}

@@ -1,0 +1,33 @@
+/**
+ * grant_type=password (checklist §3.5), for first-party clients registered for it (PW-02): a wrong
+ * username and a wrong password look and take the same (PW-03, UserDirectory.verify), and failures are
+ * throttled per username and per source address (PW-04, the same Throttle as client authentication).
+ */
+import { InvalidGrant, InvalidRequest, UnauthorizedClient } from '../../errors/oauth-errors.js'
+import { grantScope } from '../scope.js'
+import type { GrantHandler } from './grant.js'
+
+export const passwordGrant: GrantHandler = {
+  grantType: 'password',
+  parameters: ['username', 'password', 'scope'],
+  async handle({ form, client, ip, ctx }) {
+    // RFC 9700 §2.4: the resource owner hands its password to the client, so only our own clients may ask.
+    if (!client.firstParty) throw new UnauthorizedClient(`client ${client.clientId} is not first-party`)
+    const username = form.get('username')
+    const password = form.get('password')
+    if (username === undefined || password === undefined) throw new InvalidRequest('username and password are required')
+    // Before the password is checked: a bad scope costs no scrypt and counts as no failure.
+    const scope = grantScope(form.get('scope'), client.scopes)
+    const keys = [`user:${username}`, `ip:${ip}`]
+    await ctx.throttle.check(keys)
+    const user = await ctx.users.verify(username, password)
+    if (!user) {
+      await ctx.throttle.fail(keys)
+      // One response for an unknown user and a wrong password (no enumeration); the log knows which key failed.
+      throw new InvalidGrant(`wrong username or password for ${JSON.stringify(username.slice(0, 64))}`)
+    }
+    // The user authenticated just now: that is the grant's auth_time.
+    const grant = await ctx.tokens.startGrant(client, user.sub, scope, Math.floor(ctx.now() / 1000))
+    return ctx.tokens.respond(client, grant, scope, true)
+  },
+}

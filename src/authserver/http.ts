@@ -1,0 +1,73 @@
+/**
+ * What every back-channel endpoint of the embedded server shares (checklist §0): form bodies only
+ * (G-05), repeated parameters refused and empty ones omitted (G-06), no credentials in the query (G-07),
+ * POST only with 405 + Allow (G-11), no-store on everything (G-04), one error renderer (G-03).
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import {
+  GatewayError, InvalidClient, InvalidRequest, MethodNotAllowed, ServerError, TemporarilyUnavailable, TooManyAttempts,
+} from '../errors/oauth-errors.js'
+
+export type Form = ReadonlyMap<string, string>
+
+/** RFC 6749 §3.1, §3.2: repeated parameters are invalid_request; empty values count as omitted (G-06). */
+export function parseForm(body: unknown, repeatable: ReadonlySet<string> = new Set()): Form {
+  const form = new Map<string, string>()
+  if (body === undefined || body === null) return form
+  if (typeof body !== 'object') throw new InvalidRequest('the body must be application/x-www-form-urlencoded')
+  for (const [name, value] of Object.entries(body as Record<string, unknown>)) {
+    if (Array.isArray(value)) {
+      if (!repeatable.has(name)) throw new InvalidRequest(`the parameter ${name} is repeated`)
+      const first = value.find((item) => item !== '')
+      if (typeof first === 'string') form.set(name, first)
+      continue
+    }
+    if (typeof value === 'string' && value !== '') form.set(name, value)
+  }
+  return form
+}
+
+const CREDENTIAL_PARAMETERS = ['client_secret', 'code', 'refresh_token', 'device_code', 'token', 'password', 'code_verifier']
+
+/** G-07 / RFC 6749 §2.3.1: credentials in the request URI are refused, not ignored. */
+export function rejectCredentialsInQuery(request: FastifyRequest): void {
+  const url = request.raw.url ?? ''
+  const q = url.indexOf('?')
+  if (q === -1) return
+  const query = new URLSearchParams(url.slice(q + 1))
+  for (const name of CREDENTIAL_PARAMETERS) {
+    if (query.has(name)) throw new InvalidRequest(`${name} must not be sent in the query string`)
+  }
+}
+
+/** Responses that carry or concern credentials are never cached (RFC 6749 §5.1, OAuth 2.1 §3.2.3). */
+export function noStore(reply: FastifyReply): FastifyReply {
+  return reply.header('cache-control', 'no-store').header('pragma', 'no-cache')
+}
+
+/** The one error writer of the embedded server: `{error, error_description}` and the right headers. */
+export function sendOAuthError(reply: FastifyReply, error: unknown, issuer: string): FastifyReply {
+  const failure = error instanceof GatewayError ? error : new ServerError(error)
+  if (failure.status >= 500) reply.log.error({ err: failure.internal.cause, detail: failure.internal.detail }, 'authorization server error')
+  else reply.log.info({ error: failure.code, reason: failure.internal.detail ?? failure.description }, 'authorization server request refused')
+  noStore(reply).code(failure.status).header('content-type', 'application/json; charset=utf-8')
+  // RFC 6749 §5.2: a client that used the Authorization header gets a challenge for the scheme it used.
+  if (failure instanceof InvalidClient && failure.usedAuthorizationHeader) {
+    reply.header('www-authenticate', `Basic realm="${issuer.replace(/["\\]/g, '')}", error="invalid_client"`)
+  }
+  if (failure instanceof MethodNotAllowed) reply.header('allow', failure.allow.join(', '))
+  if (failure instanceof TemporarilyUnavailable || failure instanceof TooManyAttempts) {
+    reply.header('retry-after', String(failure.retryAfterSeconds))
+  }
+  return reply.send(JSON.stringify({ error: failure.code, error_description: failure.description }))
+}
+
+/** G-11: the other methods on a POST-only endpoint get 405 with `Allow: POST`. */
+export function refuseOtherMethods(app: FastifyInstance, path: string, allowed: readonly string[], issuer: string): void {
+  const others = ['GET', 'HEAD', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'].filter((method) => !allowed.includes(method))
+  app.route({
+    method: others as ('GET' | 'HEAD' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS')[],
+    url: path,
+    handler: (_request, reply) => sendOAuthError(reply, new MethodNotAllowed(allowed), issuer),
+  })
+}

@@ -1,0 +1,319 @@
+/**
+ * The embedded server's signing keys (checklist §8): generated on first start and kept in the store as
+ * `signing_key` artifacts (id = kid), one key per algorithm in use — the configured one, plus RS256, which
+ * OpenID Connect requires for ID tokens (OIDC Discovery §3). Rotation follows JW-05: publish first, sign
+ * after the publish delay, retire once every token the old key signed has expired.
+ *
+ * Which key signs is decided from the store alone, so that every process sharing it agrees: the highest
+ * `generation` (0 for the first keys, +1 per rotation) that is active, then the oldest write. That last
+ * rule settles two processes that both found an empty store: each writes its key, re-reads, and the one
+ * whose key was written later sees the earlier one and withdraws its own.
+ */
+import type { FastifyBaseLogger } from 'fastify'
+import {
+  calculateJwkThumbprint, errors, exportJWK, generateKeyPair, importJWK, type CryptoKey, type JSONWebKeySet, type JWK,
+  type JWTVerifyGetKey,
+} from 'jose'
+import type { ActiveSigningKey, SigningAlgorithm, SigningKeys } from './context.js'
+import type { AuthServerSettings } from './settings.js'
+import type { StorageAdapter } from './storage/adapter.js'
+
+/** Store expiry of a key in service; re-written on every rotation. */
+const KEY_LIFETIME_SECONDS = 10 * 365 * 24 * 3600
+/** A token with an unknown kid re-reads the store at most this often (another process may have rotated). */
+const UNKNOWN_KID_RELOAD_COOLDOWN_MS = 1000
+/** Beyond the token TTL: verifiers' clock skew, a process that has not reloaded yet, in-flight requests. */
+const RETIREMENT_MARGIN_SECONDS = 300
+
+const KEY_TYPES: Readonly<Record<SigningAlgorithm, { kty: string; crv?: string }>> = {
+  ES256: { kty: 'EC', crv: 'P-256' },
+  RS256: { kty: 'RSA' },
+  EdDSA: { kty: 'OKP', crv: 'Ed25519' },
+}
+
+/** The value of a `signing_key` artifact. */
+interface StoredKey {
+  readonly kid: string
+  readonly alg: SigningAlgorithm
+  readonly generation: number
+  /** Milliseconds since the epoch, taken just before the write; `writeOrder` breaks ties within one millisecond. */
+  readonly createdAt: number
+  readonly writeOrder: string
+  readonly activatesAt: number
+  /** Set by the rotation that replaces this key: it leaves the JWKS, and the store, at this time. */
+  readonly retiresAt?: number
+  readonly publicJwk: JWK
+  readonly privateJwk: JWK
+}
+
+interface LoadedKey {
+  readonly stored: StoredKey
+  /** What the JWKS shows: public members only (JW-02), with kid, use and alg (JW-03). */
+  readonly published: JWK
+  readonly publicKey: CryptoKey
+  readonly privateKey: CryptoKey
+}
+
+export interface KeyManagerOptions {
+  /** The access-token algorithm; an RS256 key is kept as well. */
+  algorithm: SigningAlgorithm
+  /** JW-05: how long a new key is published before it signs. */
+  publishDelayMs: number
+  /** How long a replaced key stays published after its successor starts signing (the longest token TTL). */
+  retireAfterSeconds: number
+  now: () => number
+  log: Pick<FastifyBaseLogger, 'info' | 'warn'>
+  /** How often the store is re-read so a rotation by another process is seen (default 30 s; 0: never). */
+  reloadIntervalMs?: number
+}
+
+export interface RotationResult {
+  /** The new keys, one per algorithm in use. */
+  added: string[]
+  /** The keys they replace. */
+  retiring: string[]
+  /** When the new keys start signing (ms since the epoch). */
+  activatesAt: number
+  /** When the replaced keys leave the JWKS (ms since the epoch). */
+  retiresAt: number
+}
+
+/** How long a rotated-out key stays published after its successor activates: the token TTL plus a margin. */
+export function keyRetirementSeconds(settings: Pick<AuthServerSettings, 'accessTokenTtlSeconds'>): number {
+  return settings.accessTokenTtlSeconds + RETIREMENT_MARGIN_SECONDS
+}
+
+const isRetired = (key: StoredKey, now: number) => key.retiresAt !== undefined && key.retiresAt <= now
+
+/** Negative when `a` signs in preference to `b`: newest generation, then the earliest write, then kid. */
+function signingOrder(a: StoredKey, b: StoredKey): number {
+  if (a.generation !== b.generation) return b.generation - a.generation
+  if (a.createdAt !== b.createdAt) return a.createdAt - b.createdAt
+  if (a.writeOrder !== b.writeOrder) return BigInt(a.writeOrder) < BigInt(b.writeOrder) ? -1 : 1
+  return a.kid < b.kid ? -1 : 1
+}
+
+function signerAmong(keys: readonly StoredKey[], alg: SigningAlgorithm, now: number): StoredKey | undefined {
+  return keys.filter((key) => key.alg === alg && key.activatesAt <= now && !isRetired(key, now)).sort(signingOrder)[0]
+}
+
+function publicMembers(key: StoredKey): JWK {
+  const { kid, alg, publicJwk: jwk } = key
+  if (jwk.kty === 'RSA') return { kty: 'RSA', kid, use: 'sig', alg, n: jwk.n!, e: jwk.e! }
+  if (jwk.kty === 'EC') return { kty: 'EC', kid, use: 'sig', alg, crv: jwk.crv!, x: jwk.x!, y: jwk.y! }
+  return { kty: 'OKP', kid, use: 'sig', alg, crv: jwk.crv!, x: jwk.x! }
+}
+
+/** Why a stored value is not a key we will use, if it is not (hand-edited stores, symmetric keys, weak RSA). */
+function storedKeyProblem(id: string, value: Record<string, unknown>): string | undefined {
+  const { kid, alg, publicJwk, privateJwk } = value as Partial<StoredKey>
+  if (kid !== id) return 'kid does not match its id'
+  if (typeof alg !== 'string' || !Object.hasOwn(KEY_TYPES, alg)) return 'unsupported alg'
+  for (const member of ['generation', 'createdAt', 'activatesAt'] as const) if (typeof value[member] !== 'number') return `no ${member}`
+  if (typeof value.writeOrder !== 'string' || !/^\d+$/.test(value.writeOrder)) return 'no writeOrder'
+  if (value.retiresAt !== undefined && typeof value.retiresAt !== 'number') return 'bad retiresAt'
+  if (typeof publicJwk !== 'object' || publicJwk === null || typeof privateJwk !== 'object' || privateJwk === null) return 'no JWK'
+  const expected = KEY_TYPES[alg]
+  if (publicJwk.kty !== expected.kty || privateJwk.kty !== expected.kty || publicJwk.crv !== expected.crv) return `not a ${alg} key`
+  // JW-03: o4w refuses RSA moduli under 2048 bits.
+  if (expected.kty === 'RSA' && Buffer.from(publicJwk.n ?? '', 'base64url').length < 256) return 'RSA modulus under 2048 bits'
+  if (typeof privateJwk.d !== 'string') return 'no private key'
+  return undefined
+}
+
+/** A key not written yet: `write` stamps its time. */
+type NewKey = Omit<StoredKey, 'createdAt' | 'writeOrder' | 'activatesAt'>
+
+async function generateKey(alg: SigningAlgorithm, generation: number): Promise<NewKey> {
+  const { publicKey, privateKey } = await generateKeyPair(alg, { extractable: true, modulusLength: 2048 })
+  const publicJwk = await exportJWK(publicKey)
+  // RFC 7638 thumbprint: unique per key, and anyone holding the JWKS can recompute it.
+  const kid = await calculateJwkThumbprint(publicJwk, 'sha256')
+  return { kid, alg, generation, publicJwk, privateJwk: await exportJWK(privateKey) }
+}
+
+export class KeyManager implements SigningKeys {
+  /** Every published key by kid, its CryptoKeys imported once. */
+  private keys: ReadonlyMap<string, LoadedKey> = new Map()
+  private timer: NodeJS.Timeout | undefined
+  private reloading: Promise<void> | undefined
+  /** performance.now() of the last reload: the cooldown is about store load, not token time. */
+  private lastReload = Number.NEGATIVE_INFINITY
+  private readonly algorithms: readonly SigningAlgorithm[]
+
+  private constructor(private readonly store: StorageAdapter, private readonly options: KeyManagerOptions) {
+    this.algorithms = options.algorithm === 'RS256' ? ['RS256'] : [options.algorithm, 'RS256']
+  }
+
+  /** Loads the keys from the store, generating the missing ones (first start), and starts reloading them. */
+  static async open(store: StorageAdapter, options: KeyManagerOptions): Promise<KeyManager> {
+    const manager = new KeyManager(store, options)
+    await manager.install(await manager.ensureKeys())
+    const interval = options.reloadIntervalMs ?? 30_000
+    if (interval > 0) {
+      manager.timer = setInterval(() => {
+        manager.reload().catch((error: unknown) =>
+          options.log.warn({ err: error }, 'could not reload the signing keys from the store; keeping the loaded ones'))
+      }, interval)
+      manager.timer.unref()
+    }
+    return manager
+  }
+
+  current(alg: SigningAlgorithm): ActiveSigningKey {
+    const signer = signerAmong([...this.keys.values()].map((key) => key.stored), alg, this.options.now())
+    if (!signer) throw new Error(`no active ${alg} signing key`)
+    return { kid: signer.kid, alg, privateKey: this.keys.get(signer.kid)!.privateKey }
+  }
+
+  jwks(): JSONWebKeySet {
+    const now = this.options.now()
+    return { keys: [...this.keys.values()].filter((key) => !isRetired(key.stored, now)).map((key) => ({ ...key.published })) }
+  }
+
+  /** JW-04, JW-06: the header's kid must name a published key of the header's alg; nothing else is tried. */
+  readonly getKey: JWTVerifyGetKey = async (header) => {
+    const { kid, alg } = header
+    if (typeof kid !== 'string') throw new errors.JWKSNoMatchingKey('the token has no kid')
+    let key = this.published(kid)
+    if (!key && performance.now() - this.lastReload >= UNKNOWN_KID_RELOAD_COOLDOWN_MS) {
+      await this.reload().catch((error: unknown) => this.options.log.warn({ err: error }, 'could not reload the signing keys from the store'))
+      key = this.published(kid)
+    }
+    if (!key || key.stored.alg !== alg) throw new errors.JWKSNoMatchingKey()
+    return key.publicKey
+  }
+
+  /**
+   * JW-05: a new key per algorithm in use, published now and signing from now + publishDelayMs; every key
+   * it replaces gets `retiresAt` = that time + retireAfterSeconds and then leaves the JWKS and the store.
+   */
+  async rotate(): Promise<RotationResult> {
+    const { now, publishDelayMs, retireAfterSeconds } = this.options
+    const existing = await this.readStore()
+    const activatesAt = now() + publishDelayMs
+    const retiresAt = activatesAt + retireAfterSeconds * 1000
+    const added: string[] = []
+    // The new keys are written first: a crash between the two steps leaves the old keys in service.
+    for (const alg of this.algorithms) {
+      const generation = Math.max(-1, ...existing.filter((key) => key.alg === alg).map((key) => key.generation)) + 1
+      const key = await this.write(await generateKey(alg, generation), activatesAt)
+      added.push(key.kid)
+    }
+    const retiring: string[] = []
+    for (const key of existing) {
+      // A key already retiring stopped signing when its first successor activated: its date stands.
+      if (key.retiresAt !== undefined) continue
+      await this.store.upsert('signing_key', key.kid, { ...key, retiresAt }, Math.ceil((retiresAt - now()) / 1000))
+      retiring.push(key.kid)
+    }
+    this.options.log.info({ added, retiring, activatesAt: new Date(activatesAt).toISOString(), retiresAt: new Date(retiresAt).toISOString() },
+      'signing keys rotated')
+    await this.reload()
+    return { added, retiring, activatesAt, retiresAt }
+  }
+
+  /** Re-reads the store (what the timer does); concurrent calls share one read. */
+  reload(): Promise<void> {
+    this.reloading ??= (async () => {
+      try {
+        await this.install(await this.readStore())
+      } finally {
+        this.lastReload = performance.now()
+        this.reloading = undefined
+      }
+    })()
+    return this.reloading
+  }
+
+  close(): void {
+    clearInterval(this.timer)
+    this.timer = undefined
+  }
+
+  private published(kid: string): LoadedKey | undefined {
+    const key = this.keys.get(kid)
+    return key && !isRetired(key.stored, this.options.now()) ? key : undefined
+  }
+
+  /** First start: writes a key for every algorithm that has none, then keeps it only if it won (see the file comment). */
+  private async ensureKeys(): Promise<StoredKey[]> {
+    let keys = await this.readStore()
+    const missing = this.algorithms.filter((alg) => !keys.some((key) => key.alg === alg))
+    if (missing.length === 0) return keys
+    const candidates = await Promise.all(missing.map((alg) => generateKey(alg, 0)))
+    const mine: StoredKey[] = []
+    for (const candidate of candidates) mine.push(await this.write(candidate))
+    keys = await this.readStore()
+    for (const key of mine) {
+      const winner = signerAmong(keys, key.alg, this.options.now())
+      if (winner === undefined || winner.kid === key.kid) {
+        this.options.log.info({ kid: key.kid, alg: key.alg }, 'signing key generated')
+        continue
+      }
+      // Another process wrote its first key before ours: ours never signed anything, so it can go.
+      await this.store.destroy('signing_key', key.kid)
+      keys = keys.filter((other) => other.kid !== key.kid)
+    }
+    return keys
+  }
+
+  /**
+   * Stamps the time just before the write, with nothing awaited in between, so that the stamps follow the
+   * order of the writes (hrtime is one monotonic clock for every process of a host).
+   */
+  private async write(key: NewKey, activatesAt?: number): Promise<StoredKey> {
+    const createdAt = this.options.now()
+    const stored: StoredKey = { ...key, createdAt, writeOrder: process.hrtime.bigint().toString(), activatesAt: activatesAt ?? createdAt }
+    await this.store.upsert('signing_key', stored.kid, { ...stored }, KEY_LIFETIME_SECONDS)
+    return stored
+  }
+
+  /** The usable keys in the store; retired ones are deleted, unusable ones skipped with a warning. */
+  private async readStore(): Promise<StoredKey[]> {
+    const now = this.options.now()
+    const keys: StoredKey[] = []
+    for (const { id, value } of await this.store.list('signing_key')) {
+      const problem = storedKeyProblem(id, value)
+      if (problem) {
+        this.options.log.warn({ kid: id, problem }, 'ignoring an unusable signing key in the store')
+        continue
+      }
+      const key = value as unknown as StoredKey
+      if (isRetired(key, now)) await this.store.destroy('signing_key', id)
+      else keys.push(key)
+    }
+    return keys
+  }
+
+  /** Swaps in the keys read from the store, importing only the ones not loaded yet. */
+  private async install(keys: readonly StoredKey[]): Promise<void> {
+    const now = this.options.now()
+    const unserved = this.algorithms.filter((alg) => signerAmong(keys, alg, now) === undefined)
+    if (unserved.length > 0 && this.keys.size > 0) {
+      // The store lost keys that were in service (restored from an old backup, emptied by hand): tokens
+      // signed with them are still out there, so keep serving what is loaded rather than nothing.
+      this.options.log.warn({ algorithms: unserved }, 'the store holds no active signing key for these algorithms; keeping the loaded keys')
+      return
+    }
+    const loaded = new Map<string, LoadedKey>()
+    for (const stored of [...keys].sort((a, b) => a.alg.localeCompare(b.alg) || signingOrder(a, b))) {
+      const previous = this.keys.get(stored.kid)
+      if (previous) {
+        loaded.set(stored.kid, { ...previous, stored })
+        continue
+      }
+      const published = publicMembers(stored)
+      try {
+        const [publicKey, privateKey] = await Promise.all([
+          importJWK(published, stored.alg) as Promise<CryptoKey>,
+          importJWK(stored.privateJwk, stored.alg) as Promise<CryptoKey>,
+        ])
+        loaded.set(stored.kid, { stored, published, publicKey, privateKey })
+      } catch (error) {
+        this.options.log.warn({ kid: stored.kid, err: error }, 'ignoring a signing key in the store that does not import')
+      }
+    }
+    this.keys = loaded
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * createAuthServer: opens the store and keys, mounts the endpoints under the issuer's path on the public
+ * listener (in their own fastify scope: form bodies, errors per RFC 6749 §5.2), and hands the gateway
+ * what it needs to trust the embedded issuer in-process.
+ */
+import type { FastifyError, FastifyInstance } from 'fastify'
+import formbody from '@fastify/formbody'
+import type { EmbeddedIssuer } from '../authn/authenticator.js'
+import type { Principal } from '../authn/principal.js'
+import type { AuthorizationServerConfig } from '../config/schema.js'
+import { InvalidRequest, ServerError } from '../errors/oauth-errors.js'
+import { ClientRegistry } from './clients.js'
+import type { AuthServerContext } from './context.js'
+import { registerIntrospection } from './endpoints/introspect.js'
+import { registerJwks } from './endpoints/jwks.js'
+import { registerMetadata } from './endpoints/metadata.js'
+import { registerRevocation } from './endpoints/revoke.js'
+import { registerTokenEndpoint } from './endpoints/token.js'
+import { createGrantMap } from './grants/index.js'
+import { sendOAuthError } from './http.js'
+import { KeyManager, keyRetirementSeconds } from './keys.js'
+import { RevocationList } from './revocations.js'
+import { resolveSettings } from './settings.js'
+import { openStore } from './store.js'
+import { createThrottle } from './throttle.js'
+import { OPAQUE_ACCESS_TOKEN_PREFIX, TokenService, type StoredAccessToken } from './tokens.js'
+import { UserDirectory } from './users.js'
+
+/** G-05: form bodies are small (node-oidc-provider caps them at 56 KiB); 64 KiB here. */
+const FORM_BODY_LIMIT = 64 * 1024
+
+export interface AuthServer {
+  readonly ctx: AuthServerContext
+  /** The exact paths this server answers on the public listener (the gateway sends them to fastify). */
+  readonly paths: readonly string[]
+  readonly embedded: EmbeddedIssuer
+  close(): Promise<void>
+}
+
+export interface AuthServerOptions {
+  now?: () => number
+}
+
+function principalOf(record: StoredAccessToken, issuer: string): Principal {
+  return {
+    issuer,
+    subject: record.sub,
+    clientId: record.clientId,
+    scopes: record.scope === '' ? [] : record.scope.split(' '),
+    expiresAt: record.exp,
+    claims: { ...record, iss: issuer },
+  }
+}
+
+/** Fastify's own request errors (wrong content type, body too large, bad form) as RFC 6749 errors. */
+function asOAuthError(error: FastifyError): unknown {
+  if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
+    return new InvalidRequest(error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE'
+      ? 'the body must be application/x-www-form-urlencoded'
+      : 'the request body cannot be read')
+  }
+  return new ServerError(error)
+}
+
+export async function createAuthServer(app: FastifyInstance, config: AuthorizationServerConfig,
+  options: AuthServerOptions = {}): Promise<AuthServer> {
+  const now = options.now ?? Date.now
+  const settings = resolveSettings(config)
+  const log = app.log.child({ component: 'authorization-server' })
+  const store = await openStore(settings, now)
+  const keys = await KeyManager.open(store, {
+    algorithm: settings.algorithm,
+    publishDelayMs: settings.publishDelayMs,
+    // An old key stays published until every token it signed has expired, with a margin (JW-05).
+    retireAfterSeconds: keyRetirementSeconds(settings),
+    now,
+    log,
+  })
+  const revocations = new RevocationList(store, now)
+  await revocations.load()
+  const ctx: AuthServerContext = {
+    settings,
+    store,
+    keys,
+    clients: new ClientRegistry(config.clients ?? []),
+    users: new UserDirectory(config.users ?? []),
+    tokens: new TokenService(settings, keys, store, now),
+    revocations,
+    throttle: createThrottle(settings),
+    now,
+    log,
+  }
+  const paths: string[] = []
+  await app.register(async (scope) => {
+    // G-05: form bodies only; without this, fastify's JSON parser would still answer for this scope.
+    scope.removeAllContentTypeParsers()
+    await scope.register(formbody, { bodyLimit: FORM_BODY_LIMIT })
+    scope.setErrorHandler((error: FastifyError, _request, reply) => sendOAuthError(reply, asOAuthError(error), settings.issuer))
+    paths.push(
+      ...registerTokenEndpoint(scope, ctx, createGrantMap()),
+      ...registerRevocation(scope, ctx),
+      ...registerIntrospection(scope, ctx),
+      ...registerJwks(scope, ctx),
+      ...registerMetadata(scope, ctx, { implemented: new Set(['token', 'revocation', 'introspection', 'jwks',
+        ...[...settings.grantTypes].filter((grant) => grant === 'client_credentials' || grant === 'refresh_token' || grant === 'password')
+          .map((grant) => `grant:${grant}`)]) }),
+    )
+  })
+
+  const embedded: EmbeddedIssuer = {
+    policy: {
+      issuer: settings.issuer,
+      audience: [...settings.audience],
+      algorithms: [settings.algorithm],
+      require_typ: 'at+jwt',
+    },
+    getKey: keys.getKey,
+    ownsOpaque: (token) => token.startsWith(OPAQUE_ACCESS_TOKEN_PREFIX),
+    lookupOpaque: async (hashOfToken) => {
+      const record = await store.find('access_token', hashOfToken) as StoredAccessToken | undefined
+      return record && record.exp * 1000 > now() ? principalOf(record, settings.issuer) : undefined
+    },
+    isRevoked: (principal) => revocations.isRevoked(principal.claims.jti),
+  }
+  return {
+    ctx,
+    paths,
+    embedded,
+    close: async () => {
+      keys.close()
+      await store.close()
+    },
+  }
+}

@@ -1,0 +1,41 @@
+/** `authorization_server:` with every default applied, in the units the code uses. */
+import type { AuthorizationServerConfig, GrantType } from '../config/schema.js'
+import { parseDuration } from '../config/units.js'
+
+export interface AuthServerSettings {
+  /** Byte-identical everywhere it appears (checklist G-01). */
+  readonly issuer: string
+  /** The path prefix of every endpoint: the issuer URL's path without a trailing slash ('' at the root). */
+  readonly prefix: string
+  readonly store: { readonly type: 'sqlite' | 'memory'; readonly path: string }
+  readonly algorithm: 'ES256' | 'RS256' | 'EdDSA'
+  readonly publishDelayMs: number
+  readonly accessTokenFormat: 'jwt' | 'opaque'
+  readonly accessTokenTtlSeconds: number
+  readonly audience: readonly string[]
+  readonly refreshTokenTtlSeconds: number
+  readonly failuresPerClient: number
+  readonly failuresPerIp: number
+  readonly throttleWindowSeconds: number
+  /** Grants some client is registered for (metadata lists the ones implemented). */
+  readonly grantTypes: ReadonlySet<GrantType>
+}
+
+export function resolveSettings(config: AuthorizationServerConfig): AuthServerSettings {
+  const issuer = config.issuer!
+  return {
+    issuer,
+    prefix: new URL(issuer).pathname.replace(/\/+$/, ''),
+    store: { type: config.store?.type ?? 'sqlite', path: config.store?.path ?? './data/portcullis.db' },
+    algorithm: config.signing?.algorithm ?? 'ES256',
+    publishDelayMs: parseDuration(config.signing?.rotation_publish_delay ?? '5m'),
+    accessTokenFormat: config.access_token?.format ?? 'jwt',
+    accessTokenTtlSeconds: parseDuration(config.access_token?.ttl ?? '1h') / 1000,
+    audience: config.access_token?.audience ?? [issuer],
+    refreshTokenTtlSeconds: parseDuration(config.refresh_token?.ttl ?? '30d') / 1000,
+    failuresPerClient: config.throttling?.failures_per_client ?? 10,
+    failuresPerIp: config.throttling?.failures_per_ip ?? 100,
+    throttleWindowSeconds: parseDuration(config.throttling?.window ?? '1m') / 1000,
+    grantTypes: new Set((config.clients ?? []).flatMap((client) => client.grant_types)),
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * The one storage interface of the embedded authorization server (STYLE §5). Every adapter (memory for
+ * unit tests, SQLite by default, Redis for several instances) passes the same contract suite
+ * (test/storage-contract.test.ts). Values are JSON objects; ids are opaque strings the server chooses
+ * (token hashes, jtis, kids, codes) and never raw refresh tokens.
+ */
+
+export type ArtifactKind =
+  | 'access_token'        // id: jti (JWT) or SHA-256 of the token (opaque); grantId set
+  | 'refresh_token'       // id: SHA-256 of the token; grantId = the rotation family
+  | 'authorization_code'  // id: SHA-256 of the code
+  | 'device_code'         // id: SHA-256 of the device code; userCode set
+  | 'revoked_jti'         // id: jti of a revoked JWT access token, kept until the token's exp
+  | 'signing_key'         // id: kid
+  | 'grant'               // id: grantId; what a family was granted, for absolute lifetime and revocation
+
+/** A stored value: any JSON object; `grantId` and `userCode` are indexed. */
+export interface StoredArtifact {
+  readonly grantId?: string
+  readonly userCode?: string
+  readonly [member: string]: unknown
+}
+
+/** What `find` returns: the value, plus when it was consumed (if it was). */
+export type FoundArtifact = StoredArtifact & { readonly consumedAt?: number }
+
+export interface ArtifactRecord {
+  readonly kind: ArtifactKind
+  readonly id: string
+  readonly value: FoundArtifact
+  /** Milliseconds since the epoch. */
+  readonly expiresAt: number
+}
+
+export interface StorageAdapter {
+  /** Inserts or replaces; the artifact stops being found (and is purged) after `expiresInSeconds`. */
+  upsert(kind: ArtifactKind, id: string, value: StoredArtifact, expiresInSeconds: number): Promise<void>
+  /** The unexpired artifact, consumed or not, or undefined. */
+  find(kind: ArtifactKind, id: string): Promise<FoundArtifact | undefined>
+  /** The unexpired device_code artifact with this user code, or undefined. */
+  findByUserCode(userCode: string): Promise<FoundArtifact | undefined>
+  /**
+   * Marks the artifact consumed, atomically: true for the first caller only, false when it was consumed
+   * already, is missing or has expired (single-use codes, refresh rotation).
+   */
+  consume(kind: ArtifactKind, id: string): Promise<boolean>
+  destroy(kind: ArtifactKind, id: string): Promise<void>
+  /** Deletes every artifact, of every kind, of the grant, and returns what was deleted (to deny-list its tokens). */
+  revokeByGrantId(grantId: string): Promise<ArtifactRecord[]>
+  /** Every unexpired artifact of a kind (signing keys, and revoked jtis when a process starts). */
+  list(kind: ArtifactKind): Promise<ArtifactRecord[]>
+  /** Deletes expired artifacts now; also run on a schedule by adapters that keep files. Returns how many. */
+  purgeExpired(): Promise<number>
+  /** Throws when the store cannot be used (readiness). */
+  ping(): Promise<void>
+  close(): Promise<void>
+}
+
+export interface StorageOptions {
+  /** Milliseconds since the epoch; injected by tests. */
+  now?: () => number
+}

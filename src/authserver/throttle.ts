@@ -1,0 +1,66 @@
+/**
+ * Brute-force protection of client authentication and the password grant (checklist CA-09, PW-04):
+ * failures are counted per key in a fixed window; once a key has used up its allowance, `check` answers
+ * 429 temporarily_unavailable with Retry-After until the window ends.
+ */
+import { RateLimiterMemory, type RateLimiterAbstract } from 'rate-limiter-flexible'
+import { TooManyAttempts } from '../errors/oauth-errors.js'
+import type { Throttle } from './context.js'
+import type { AuthServerSettings } from './settings.js'
+
+export interface LimiterOptions {
+  readonly keyPrefix: string
+  /** Failures allowed per key within the window. */
+  readonly points: number
+  /** The window, in whole seconds. */
+  readonly duration: number
+}
+
+/** Builds one limiter; the memory one by default, a RateLimiterRedis over a shared client for several replicas. */
+export type LimiterFactory = (options: LimiterOptions) => RateLimiterAbstract
+
+export const memoryLimiter: LimiterFactory = (options) => new RateLimiterMemory({ ...options })
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isInteger(value) || value < 1) throw new TypeError(`${name} must be a positive integer, got ${value}`)
+  return value
+}
+
+export function createThrottle(settings: AuthServerSettings, createLimiter: LimiterFactory = memoryLimiter): Throttle {
+  // Limiters count in whole seconds; a sub-second window would never hold a failure.
+  const duration = Math.max(1, Math.ceil(settings.throttleWindowSeconds))
+  // `client:` and `user:` keys name one identity an attacker guesses secrets for; `ip:` keys one source,
+  // which may be a NAT in front of many honest clients, hence its own (larger) allowance.
+  const perIdentity = createLimiter({
+    keyPrefix: 'portcullis-failures-identity', duration,
+    points: positiveInteger('failures_per_client', settings.failuresPerClient),
+  })
+  const perIp = createLimiter({
+    keyPrefix: 'portcullis-failures-ip', duration,
+    points: positiveInteger('failures_per_ip', settings.failuresPerIp),
+  })
+  const limiterFor = (key: string) => (key.startsWith('ip:') ? perIp : perIdentity)
+
+  return {
+    async check(keys) {
+      let waitMs = 0
+      const exhausted: string[] = []
+      for (const key of keys) {
+        const limiter = limiterFor(key)
+        const state = await limiter.get(key)
+        if (state && state.consumedPoints >= limiter.points && state.msBeforeNext > 0) {
+          exhausted.push(key)
+          waitMs = Math.max(waitMs, state.msBeforeNext)
+        }
+      }
+      if (exhausted.length > 0) {
+        throw new TooManyAttempts(Math.max(1, Math.ceil(waitMs / 1000)), `too many failures for ${exhausted.join(', ')}`)
+      }
+    },
+    async fail(keys) {
+      // penalty() counts without rejecting past the limit. A limiter store outage must not turn the
+      // caller's 400/401 into a 500, so it is swallowed here; the next check() surfaces it.
+      await Promise.all(keys.map((key) => limiterFor(key).penalty(key, 1).catch(() => undefined)))
+    },
+  }
+}

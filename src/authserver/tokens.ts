@@ -1,0 +1,155 @@
+/**
+ * Issuing tokens (checklist §9.1, G-09): JWT access tokens per RFC 9068 or opaque ones, opaque refresh
+ * tokens of 256 random bits stored only as SHA-256 hashes, each in a rotation family (the grant).
+ */
+import { randomBytes, randomUUID } from 'node:crypto'
+import { SignJWT } from 'jose'
+import { tokenHash } from '../authn/token-cache.js'
+import type { AuthServerSettings } from './settings.js'
+import type { SigningKeys } from './context.js'
+import type { StorageAdapter } from './storage/adapter.js'
+import type { RegisteredClient } from './clients.js'
+
+/** Prefixes make our secrets recognisable to secret scanners and route opaque tokens without a lookup. */
+export const OPAQUE_ACCESS_TOKEN_PREFIX = 'pat_'
+export const REFRESH_TOKEN_PREFIX = 'prt_'
+
+/** 256 bits from the CSPRNG, base64url (G-09 asks for at least 128). */
+export function randomToken(prefix = ''): string {
+  return prefix + randomBytes(32).toString('base64url')
+}
+
+/** A grant (refresh family): what was granted to whom, until when at the latest (RT-08). */
+export interface GrantRecord {
+  readonly grantId: string
+  readonly clientId: string
+  readonly sub: string
+  readonly scope: readonly string[]
+  readonly createdAt: number
+  /** Seconds since the epoch: no token of the grant outlives this. */
+  readonly expiresAt: number
+  readonly authTime?: number
+}
+
+/** What the store keeps of an access token: enough to answer introspection and to revoke it. */
+export interface StoredAccessToken {
+  readonly grantId: string
+  readonly jti: string
+  readonly clientId: string
+  readonly sub: string
+  readonly scope: string
+  readonly aud: readonly string[]
+  readonly iat: number
+  readonly exp: number
+  readonly format: 'jwt' | 'opaque'
+  readonly [member: string]: unknown
+}
+
+export interface StoredRefreshToken {
+  readonly grantId: string
+  readonly clientId: string
+  readonly sub: string
+  /** The scope of the grant, kept whole however the access tokens were narrowed (RT-06). */
+  readonly scope: readonly string[]
+  readonly grantExpiresAt: number
+  readonly authTime?: number
+  readonly [member: string]: unknown
+}
+
+/** RFC 6749 §5.1 success body (T-04). */
+export interface TokenResponseBody {
+  access_token: string
+  token_type: 'Bearer'
+  expires_in: number
+  scope: string
+  refresh_token?: string
+  id_token?: string
+}
+
+export class TokenService {
+  constructor(private readonly settings: AuthServerSettings, private readonly keys: SigningKeys,
+    private readonly store: StorageAdapter, private readonly now: () => number) {}
+
+  private nowSeconds(): number {
+    return Math.floor(this.now() / 1000)
+  }
+
+  /**
+   * Starts a grant (a refresh family) for a user or client. A grant that can never be refreshed
+   * (client_credentials) lives only as long as its access token, so the store does not keep it for 30 days.
+   */
+  async startGrant(client: RegisteredClient, sub: string, scope: readonly string[], authTime?: number,
+    refreshable = true): Promise<GrantRecord> {
+    const createdAt = this.nowSeconds()
+    const lifetime = refreshable ? this.settings.refreshTokenTtlSeconds : this.settings.accessTokenTtlSeconds
+    const grant: GrantRecord = {
+      grantId: randomUUID(),
+      clientId: client.clientId,
+      sub,
+      scope,
+      createdAt,
+      expiresAt: createdAt + lifetime,
+      ...(authTime !== undefined && { authTime }),
+    }
+    await this.store.upsert('grant', grant.grantId, { ...grant }, lifetime)
+    return grant
+  }
+
+  /** An access token of the grant, narrowed to `scope`; recorded so the grant's revocation reaches it. */
+  async issueAccessToken(grant: GrantRecord, scope: readonly string[]): Promise<{ token: string; expiresIn: number }> {
+    const { settings } = this
+    const iat = this.nowSeconds()
+    const expiresIn = Math.max(1, Math.min(settings.accessTokenTtlSeconds, grant.expiresAt - iat))
+    const exp = iat + expiresIn
+    const jti = randomUUID()
+    const record: StoredAccessToken = {
+      grantId: grant.grantId, jti, clientId: grant.clientId, sub: grant.sub, scope: scope.join(' '),
+      aud: settings.audience, iat, exp, format: settings.accessTokenFormat,
+    }
+    let token: string
+    let id: string
+    if (settings.accessTokenFormat === 'opaque') {
+      token = randomToken(OPAQUE_ACCESS_TOKEN_PREFIX)
+      id = tokenHash(token)
+    } else {
+      const key = this.keys.current(settings.algorithm)
+      // RFC 9068 §2: typ at+jwt, and iss, exp, aud, sub, client_id, iat, jti.
+      token = await new SignJWT({
+        client_id: grant.clientId,
+        scope: record.scope,
+        ...(grant.authTime !== undefined && { auth_time: grant.authTime }),
+      })
+        .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'at+jwt' })
+        .setIssuer(settings.issuer)
+        .setSubject(grant.sub)
+        .setAudience(settings.audience.length === 1 ? settings.audience[0]! : [...settings.audience])
+        .setIssuedAt(iat)
+        .setExpirationTime(exp)
+        .setJti(jti)
+        .sign(key.privateKey)
+      id = jti
+    }
+    await this.store.upsert('access_token', id, { ...record }, expiresIn)
+    return { token, expiresIn }
+  }
+
+  /** A new refresh token of the grant; it lives until the refresh TTL, never past the grant (RT-08). */
+  async issueRefreshToken(grant: GrantRecord): Promise<string> {
+    const token = randomToken(REFRESH_TOKEN_PREFIX)
+    const ttl = grant.expiresAt - this.nowSeconds()
+    const record: StoredRefreshToken = {
+      grantId: grant.grantId, clientId: grant.clientId, sub: grant.sub, scope: grant.scope, grantExpiresAt: grant.expiresAt,
+      ...(grant.authTime !== undefined && { authTime: grant.authTime }),
+    }
+    await this.store.upsert('refresh_token', tokenHash(token), { ...record }, Math.max(1, ttl))
+    return token
+  }
+
+  /** The T-04 response: an access token, and a refresh token when the client may refresh. */
+  async respond(client: RegisteredClient, grant: GrantRecord, scope: readonly string[], withRefresh: boolean): Promise<TokenResponseBody> {
+    const { token, expiresIn } = await this.issueAccessToken(grant, scope)
+    const body: TokenResponseBody = { access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: scope.join(' ') }
+    if (withRefresh && client.grantTypes.has('refresh_token')) body.refresh_token = await this.issueRefreshToken(grant)
+    return body
+  }
+}

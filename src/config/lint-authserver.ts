@@ -1,0 +1,95 @@
+/**
+ * Config-time checks of `authorization_server` (checklist A-06, CC-04, PW-02, and "a client with a grant it
+ * cannot use"): all reported by `portcullis check`, none discovered by a user at run time.
+ */
+import type { AuthorizationServerConfig, ClientConfig, GatewayConfig } from './schema.js'
+import type { LintProblem } from './lint.js'
+
+/** The grants that can hand out a refresh token; `refresh_token` alone is useless. */
+const ISSUES_REFRESH = new Set(['authorization_code', 'password', 'urn:ietf:params:oauth:grant-type:device_code'])
+
+function isLoopbackLiteral(hostname: string): boolean {
+  return hostname === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname)
+}
+
+/** RFC 6749 §3.1.2, RFC 8252 §7, RFC 9700 §2.6: why this redirect URI may not be registered, if it may not. */
+export function redirectUriProblem(uri: string): string | undefined {
+  if (uri.includes('*')) return 'must not contain a wildcard'
+  if (uri.includes('#')) return 'must not contain a fragment'
+  if (!URL.canParse(uri)) return 'must be an absolute URI'
+  const url = new URL(uri)
+  const scheme = url.protocol.slice(0, -1).toLowerCase()
+  if (scheme === 'javascript' || scheme === 'data' || scheme === 'vbscript' || scheme === 'file') return `must not use the ${scheme}: scheme`
+  if (scheme === 'http') {
+    if (!isLoopbackLiteral(url.hostname)) return 'http: is only allowed for loopback IP literals (127.0.0.1, [::1]); use https:'
+    return undefined
+  }
+  if (scheme === 'https') return url.hostname === '' ? 'must name a host' : undefined
+  // RFC 8252 §7.1: private-use schemes are reverse domain names (com.example.app:/callback).
+  if (!scheme.includes('.')) return `private-use scheme "${scheme}:" must be a reverse domain name such as com.example.app`
+  return undefined
+}
+
+function authMethod(client: ClientConfig): string {
+  return client.token_endpoint_auth_method ?? (client.client_secret !== undefined || client.client_secret_hash !== undefined ? 'client_secret_basic' : 'none')
+}
+
+function lintClient(client: ClientConfig, at: Array<string | number>, problems: LintProblem[]): void {
+  const method = authMethod(client)
+  const secrets = [client.client_secret, client.client_secret_hash].filter((value) => value !== undefined).length
+  if (method === 'none' && secrets > 0) problems.push({ path: at, message: 'a public client (token_endpoint_auth_method: none) has no secret' })
+  if (method !== 'none' && secrets !== 1) problems.push({ path: at, message: 'a confidential client needs exactly one of client_secret or client_secret_hash' })
+  const grants = new Set(client.grant_types)
+  if (grants.has('client_credentials') && method === 'none') {
+    problems.push({ path: [...at, 'grant_types'], message: 'client_credentials needs a confidential client (RFC 6749 §4.4)' })
+  }
+  if (grants.has('password') && !client.first_party) {
+    problems.push({ path: [...at, 'grant_types'], message: 'the password grant is for first-party clients only: set first_party: true (RFC 9700 §2.4)' })
+  }
+  if (grants.has('refresh_token') && ![...grants].some((grant) => ISSUES_REFRESH.has(grant))) {
+    problems.push({ path: [...at, 'grant_types'], message: 'refresh_token needs a grant that issues refresh tokens (authorization_code, password or device_code)' })
+  }
+  const redirects = client.redirect_uris ?? []
+  if (grants.has('authorization_code') && redirects.length === 0) {
+    problems.push({ path: [...at, 'redirect_uris'], message: 'authorization_code needs at least one redirect URI' })
+  }
+  if (!grants.has('authorization_code') && redirects.length > 0) {
+    problems.push({ path: [...at, 'redirect_uris'], message: 'redirect URIs are only used by authorization_code' })
+  }
+  redirects.forEach((uri, index) => {
+    const problem = redirectUriProblem(uri)
+    if (problem) problems.push({ path: [...at, 'redirect_uris', index], message: problem })
+  })
+}
+
+export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
+  const as: AuthorizationServerConfig | undefined = config.authorization_server
+  if (!as?.enabled) return []
+  const problems: LintProblem[] = []
+  const base = ['authorization_server']
+  if (as.issuer === undefined) problems.push({ path: base, message: 'missing required key "issuer"' })
+  else if (!URL.canParse(as.issuer)) problems.push({ path: [...base, 'issuer'], message: 'is not a valid URL' })
+  if (as.issuer !== undefined && (config.issuers ?? []).some((issuer) => issuer.issuer === as.issuer)) {
+    problems.push({ path: [...base, 'issuer'], message: 'is also listed under issuers: the embedded issuer is trusted automatically' })
+  }
+  const clientIds = new Map<string, number>()
+  ;(as.clients ?? []).forEach((client, index) => {
+    const at = [...base, 'clients', index]
+    if (clientIds.has(client.client_id)) problems.push({ path: [...at, 'client_id'], message: `duplicate client_id (also clients[${clientIds.get(client.client_id)}])` })
+    clientIds.set(client.client_id, index)
+    lintClient(client, at, problems)
+  })
+  const usernames = new Map<string, number>()
+  ;(as.users ?? []).forEach((user, index) => {
+    const at = [...base, 'users', index]
+    if (usernames.has(user.username)) problems.push({ path: [...at, 'username'], message: `duplicate username (also users[${usernames.get(user.username)}])` })
+    usernames.set(user.username, index)
+    if ([user.password, user.password_hash].filter((value) => value !== undefined).length !== 1) {
+      problems.push({ path: at, message: 'set exactly one of password or password_hash' })
+    }
+    // RFC 9068 §5 / checklist CC-04: client_credentials tokens carry sub = client_id, so a user must never share it.
+    const sub = user.sub ?? user.username
+    if (clientIds.has(sub)) problems.push({ path: [...at, user.sub !== undefined ? 'sub' : 'username'], message: `subject "${sub}" equals a client_id` })
+  })
+  return problems
+}
