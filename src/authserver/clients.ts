@@ -20,14 +20,19 @@ export interface RegisteredClient {
   verifySecret(secret: string): Promise<boolean>
 }
 
+const sha256 = (value: string) => createHash('sha256').update(value).digest()
+
 /** G-10: equal-length digests so neither content nor length leaks through timing. */
 function constantTimeEqual(a: string, b: string): boolean {
-  const digest = (value: string) => createHash('sha256').update(value).digest()
-  return timingSafeEqual(digest(a), digest(b))
+  return timingSafeEqual(sha256(a), sha256(b))
 }
 
 function register(config: ClientConfig): RegisteredClient {
   const hasSecret = config.client_secret !== undefined || config.client_secret_hash !== undefined
+  // scrypt costs tens of milliseconds by design: once a secret has verified, its SHA-256 digest is kept
+  // (never the secret) and the next presentation of the same secret is compared against that, in
+  // constant time. A wrong secret always pays the full scrypt (and is throttled).
+  let verifiedDigest: Buffer | undefined
   const authMethod = config.token_endpoint_auth_method ?? (hasSecret ? 'client_secret_basic' : 'none')
   return {
     clientId: config.client_id,
@@ -41,7 +46,13 @@ function register(config: ClientConfig): RegisteredClient {
     requirePkce: authMethod === 'none' ? true : config.require_pkce ?? true,
     firstParty: config.first_party ?? false,
     verifySecret: async (secret) => {
-      if (config.client_secret_hash !== undefined) return verifySecret(secret, config.client_secret_hash)
+      if (config.client_secret_hash !== undefined) {
+        const digest = sha256(secret)
+        if (verifiedDigest !== undefined && timingSafeEqual(digest, verifiedDigest)) return true
+        const ok = await verifySecret(secret, config.client_secret_hash)
+        if (ok) verifiedDigest = digest
+        return ok
+      }
       if (config.client_secret !== undefined) return constantTimeEqual(secret, config.client_secret)
       return false
     },
