@@ -91,7 +91,8 @@ export class TokenService {
       expiresAt: createdAt + lifetime,
       ...(authTime !== undefined && { authTime }),
     }
-    await this.store.upsert('grant', grant.grantId, { ...grant }, lifetime)
+    // Only a refreshable grant is looked up later; a client_credentials grant is never stored (one write less).
+    if (refreshable) await this.store.upsert('grant', grant.grantId, { ...grant }, lifetime)
     return grant
   }
 
