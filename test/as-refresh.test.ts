@@ -168,7 +168,7 @@ describe('the gateway trusts the embedded issuer in-process', () => {
     expect(gateway.logs.join('')).not.toContain('issuer key set changed')
   })
 
-  it('rejects a revoked JWT access token on the very next request, though it was cached', async (context) => {
+  it('RV-07 rejects a revoked JWT access token (jti deny-listed until exp) on the very next request, though it was cached', async (context) => {
     const gateway = await start(context)
     const { access_token } = await login(gateway)
     expect((await callApi(gateway, access_token)).status).toBe(200)
@@ -178,12 +178,13 @@ describe('the gateway trusts the embedded issuer in-process', () => {
     expect(res.headers.get('www-authenticate')).toContain('error="invalid_token"')
   })
 
-  it('rejects a revoked opaque access token on the very next request', async (context) => {
+  it('RV-02 rejects a revoked opaque access token on the very next request', async (context) => {
     const gateway = await start(context, { access_token: { format: 'opaque', audience: ['orders-api'] } })
     const { access_token } = await login(gateway)
     expect((await callApi(gateway, access_token)).status).toBe(200)
     expect((await postForm(gateway, '/revoke', { token: access_token, ...APP })).status).toBe(200)
     expect((await callApi(gateway, access_token)).status).toBe(401)
+    expect(await introspect(gateway, access_token)).toEqual({ active: false })
   })
 
   it('rejects every access token of a refresh family revoked through /revoke (RV-03)', async (context) => {

@@ -475,3 +475,31 @@ issuers:
     ])
   })
 })
+
+describe('authorization_server', () => {
+  const base = (issuer: string) => `upstreams:\n  main:\n    url: "http://127.0.0.1:9001"\nroutes:\n  - id: all\n    path: "/**"\n    upstream: main\nauthorization_server:\n  enabled: true\n  issuer: "${issuer}"\n  store:\n    type: memory\n`
+
+  it('G-02 warns about an http issuer off loopback, not on loopback', async () => {
+    const { configWarnings } = await import('../src/config/lint.js')
+    expect(configWarnings(loadConfig('as.yaml', base('http://auth.example.com'), {})).join('\n')).toMatch(/authorization_server\.issuer uses http:\/\/ off loopback/)
+    expect(configWarnings(loadConfig('as.yaml', base('http://127.0.0.1:8080'), {})).join('\n')).not.toMatch(/authorization_server/)
+    expect(configWarnings(loadConfig('as.yaml', base('https://auth.example.com'), {}))).toEqual([])
+  })
+
+  it('A-06 refuses redirect URIs with a fragment, a wildcard, javascript:, http off loopback, localhost or a bare private scheme', () => {
+    const client = (uri: string) => `${base('https://auth.example.com')}  clients:\n    - client_id: web\n      client_secret: "web-secret-0123456789"\n      grant_types: [authorization_code]\n      redirect_uris: ["${uri}"]\n      scopes: [openid]\n`
+    for (const uri of ['https://app.example.com/cb#f', 'https://*.example.com/cb', 'JavaScript:alert(1)', 'http://app.example.com/cb', 'http://localhost/cb', 'myapp:/cb', 'cb']) {
+      expect(() => loadConfig('as.yaml', client(uri), {}), uri).toThrow(/redirect_uris\[0\]/)
+    }
+    for (const uri of ['https://app.example.com/cb', 'http://127.0.0.1/cb', 'http://[::1]:8080/cb', 'com.example.app:/cb']) {
+      expect(() => loadConfig('as.yaml', client(uri), {}), uri).not.toThrow()
+    }
+  })
+
+  it('CC-04 refuses a user whose subject equals a client_id, and a public client with client_credentials', () => {
+    const text = `${base('https://auth.example.com')}  clients:\n    - client_id: alice\n      token_endpoint_auth_method: none\n      grant_types: [client_credentials]\n      scopes: []\n  users:\n    - username: alice\n      password: "pw"\n`
+    const error = (() => { try { loadConfig('as.yaml', text, {}); return undefined } catch (e) { return e as Error } })()
+    expect(error?.message).toMatch(/users\[0\]\.username: subject "alice" equals a client_id/)
+    expect(error?.message).toMatch(/clients\[0\]\.grant_types: client_credentials needs a confidential client/)
+  })
+})

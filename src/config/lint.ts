@@ -111,5 +111,10 @@ export function configWarnings(config: GatewayConfig): string[] {
       if (!isLoopbackHost(url.hostname)) warnings.push(`issuers[${index}].${key} uses http:// off loopback (${url.host}): keys or tokens can be tampered with in transit`)
     }
   })
+  // Checklist G-02: the issuer is an https URL; http is for loopback development only.
+  const asIssuer = config.authorization_server?.enabled ? config.authorization_server.issuer : undefined
+  if (asIssuer?.startsWith('http://') && URL.canParse(asIssuer) && !isLoopbackHost(new URL(asIssuer).hostname)) {
+    warnings.push(`authorization_server.issuer uses http:// off loopback (${new URL(asIssuer).host}): tokens and client secrets would cross the network in clear text`)
+  }
   return warnings
 }
