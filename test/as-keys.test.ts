@@ -2,7 +2,6 @@
  * The embedded server's signing keys (checklist §8, JW-02..JW-06): KeyManager against real stores (memory,
  * and SQLite in a temp dir), time from an injected clock; `portcullis keys rotate` as users run it.
  */
-import { spawn } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -13,6 +12,7 @@ import { KeyManager, keyRetirementSeconds, type KeyManagerOptions } from '../src
 import type { StorageAdapter } from '../src/authserver/storage/adapter.js'
 import { createMemoryAdapter } from '../src/authserver/storage/memory.js'
 import { createSqliteAdapter } from '../src/authserver/storage/sqlite.js'
+import { CLI, portcullis } from './support/cli.js'
 
 const T0 = Date.UTC(2030, 0, 1)
 const MINUTE = 60_000
@@ -351,19 +351,6 @@ describe('JW-05 rotation', () => {
 })
 
 describe('portcullis keys rotate', () => {
-  const CLI = path.resolve('dist/cli.js')
-
-  function portcullis(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-    return new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, [CLI, ...args], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] })
-      let stdout = ''
-      let stderr = ''
-      child.stdout.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk })
-      child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
-      child.on('error', reject)
-      child.on('close', (code) => resolve({ code, stdout, stderr }))
-    })
-  }
 
   function configFile(authorizationServer: string): { file: string; dir: string } {
     const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-rotate-'))

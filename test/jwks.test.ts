@@ -15,19 +15,10 @@ import { Agent, request } from 'undici'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { createSigningKey, signWith, startTestIssuer, type SigningKey, type TestIssuer } from './support/issuer.js'
 import { startGateway, testConfig, type RunningGateway, type StartOptions } from './support/gateway.js'
+import { testClock, type Clock } from './support/clock.js'
 
 const INVALID_TOKEN_CHALLENGE = 'Bearer realm="test", error="invalid_token", error_description="the access token is invalid or expired"'
 
-/** A clock the test moves by hand; tokens are minted against it so they never expire by accident. */
-function testClock() {
-  let now = Date.now()
-  return {
-    now: () => now,
-    advance(ms: number) { now += ms },
-    seconds: () => Math.floor(now / 1000),
-  }
-}
-type Clock = ReturnType<typeof testClock>
 
 interface Harness {
   upstream: RecordingUpstream

@@ -15,6 +15,7 @@ import type { CacheStats } from '../src/authn/token-cache.js'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { signWith, startTestIssuer, type SigningKey, type TestIssuer } from './support/issuer.js'
 import { startGateway, testConfig, type RunningGateway } from './support/gateway.js'
+import { testClock, type Clock } from './support/clock.js'
 
 const INVALID_TOKEN_CHALLENGE = 'Bearer realm="test", error="invalid_token", error_description="the access token is invalid or expired"'
 const COOLDOWN_MS = 30_000
@@ -23,16 +24,6 @@ const SKEW_MS = 30_000
 /** What a store of revoked tokens keeps: base64url SHA-256, computed here independently of src/. */
 const sha256 = (token: string) => createHash('sha256').update(token).digest('base64url')
 
-/** A clock the test moves by hand, starting on a whole second so that `exp` falls exactly where a test puts it. */
-function testClock() {
-  let now = Math.floor(Date.now() / 1000) * 1000
-  return {
-    now: () => now,
-    advance(ms: number) { now += ms },
-    seconds: () => Math.floor(now / 1000),
-  }
-}
-type Clock = ReturnType<typeof testClock>
 
 /** A JWKS endpoint serving the issuer's published keys that can hold its answers, to keep a verification in flight. */
 interface GatedJwks {
