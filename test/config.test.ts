@@ -486,6 +486,13 @@ describe('authorization_server', () => {
     expect(configWarnings(loadConfig('as.yaml', base('https://auth.example.com'), {}))).toEqual([])
   })
 
+  it('JW-05 warns about a rotation publish delay under 5 minutes', async () => {
+    const { configWarnings } = await import('../src/config/lint.js')
+    const text = (delay: string) => `${base('https://auth.example.com')}  signing:\n    rotation_publish_delay: ${delay}\n`
+    expect(configWarnings(loadConfig('as.yaml', text('1m'), {})).join('\n')).toMatch(/rotation_publish_delay 1m is under 5m/)
+    expect(configWarnings(loadConfig('as.yaml', text('10m'), {}))).toEqual([])
+  })
+
   it('A-06 refuses redirect URIs with a fragment, a wildcard, javascript:, http off loopback, localhost or a bare private scheme', () => {
     const client = (uri: string) => `${base('https://auth.example.com')}  clients:\n    - client_id: web\n      client_secret: "web-secret-0123456789"\n      grant_types: [authorization_code]\n      redirect_uris: ["${uri}"]\n      scopes: [openid]\n`
     for (const uri of ['https://app.example.com/cb#f', 'https://*.example.com/cb', 'JavaScript:alert(1)', 'http://app.example.com/cb', 'http://localhost/cb', 'myapp:/cb', 'cb']) {

@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url'
 import type { GatewayConfig } from './schema.js'
 import { compileRules, type RuleProblem } from '../rules/compile.js'
 import { lintAuthorizationServer } from './lint-authserver.js'
+import { parseDuration } from './units.js'
 
 export interface LintProblem extends RuleProblem {
   atKey?: boolean
@@ -111,6 +112,12 @@ export function configWarnings(config: GatewayConfig): string[] {
       if (!isLoopbackHost(url.hostname)) warnings.push(`issuers[${index}].${key} uses http:// off loopback (${url.host}): keys or tokens can be tampered with in transit`)
     }
   })
+  // Checklist JW-05: clients cache a JWKS for up to 5 minutes; a shorter publish delay can make them
+  // meet tokens signed by a key they have not fetched yet.
+  const publishDelay = config.authorization_server?.enabled ? config.authorization_server.signing?.rotation_publish_delay : undefined
+  if (publishDelay !== undefined && parseDuration(publishDelay) < 5 * 60_000) {
+    warnings.push(`authorization_server.signing.rotation_publish_delay ${publishDelay} is under 5m: clients with a cached JWKS may refuse tokens signed right after a rotation`)
+  }
   // Checklist G-02: the issuer is an https URL; http is for loopback development only.
   const asIssuer = config.authorization_server?.enabled ? config.authorization_server.issuer : undefined
   if (asIssuer?.startsWith('http://') && URL.canParse(asIssuer) && !isLoopbackHost(new URL(asIssuer).hostname)) {
