@@ -52,6 +52,18 @@ describe('JWT access tokens (RFC 9068)', () => {
     expect(decodeJwt(access_token).aud).toBe('orders-api')
   })
 
+  it('AT-03 carry the RFC 8707 resource requested, and refuse an unknown one with invalid_target', async ({ onTestFinished }) => {
+    const multi = await startAuthServerGateway(passwordSetup({ access_token: { audience: ['orders-api', 'billing-api'] } }))
+    onTestFinished(() => multi.close())
+    const one = await postForm(multi, '/token', { grant_type: 'client_credentials', resource: 'billing-api' }, asRs)
+    expect(one.status).toBe(200)
+    expect(decodeJwt(one.body.access_token as string).aud).toBe('billing-api')
+    const both = await postForm(multi, '/token', { grant_type: 'client_credentials' }, asRs)
+    expect(decodeJwt(both.body.access_token as string).aud).toEqual(['orders-api', 'billing-api'])
+    const unknown = await postForm(multi, '/token', { grant_type: 'client_credentials', resource: 'https://evil.example/' }, asRs)
+    expect([unknown.status, unknown.body.error]).toEqual([400, 'invalid_target'])
+  })
+
   it('AT-04 name the user as sub for a user grant and the client for client_credentials (CC-04)', async () => {
     const user = (await passwordGrant(gateway)).body.access_token as string
     expect(decodeJwt(user)).toMatchObject({ sub: 'alice', client_id: APP.client_id })

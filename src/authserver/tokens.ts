@@ -97,7 +97,8 @@ export class TokenService {
   }
 
   /** An access token of the grant, narrowed to `scope`; recorded so the grant's revocation reaches it. */
-  async issueAccessToken(grant: GrantRecord, scope: readonly string[]): Promise<{ token: string; expiresIn: number }> {
+  async issueAccessToken(grant: GrantRecord, scope: readonly string[],
+    audience: readonly string[] = this.settings.audience): Promise<{ token: string; expiresIn: number }> {
     const { settings } = this
     const iat = this.nowSeconds()
     const expiresIn = Math.max(1, Math.min(settings.accessTokenTtlSeconds, grant.expiresAt - iat))
@@ -105,7 +106,7 @@ export class TokenService {
     const jti = randomUUID()
     const record: StoredAccessToken = {
       grantId: grant.grantId, jti, clientId: grant.clientId, sub: grant.sub, scope: scope.join(' '),
-      aud: settings.audience, iat, exp, format: settings.accessTokenFormat,
+      aud: [...audience], iat, exp, format: settings.accessTokenFormat,
     }
     let token: string
     let id: string
@@ -123,7 +124,7 @@ export class TokenService {
         .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'at+jwt' })
         .setIssuer(settings.issuer)
         .setSubject(grant.sub)
-        .setAudience(settings.audience.length === 1 ? settings.audience[0]! : [...settings.audience])
+        .setAudience(audience.length === 1 ? audience[0]! : [...audience])
         .setIssuedAt(iat)
         .setExpirationTime(exp)
         .setJti(jti)
@@ -147,8 +148,9 @@ export class TokenService {
   }
 
   /** The T-04 response: an access token, and a refresh token when the client may refresh. */
-  async respond(client: RegisteredClient, grant: GrantRecord, scope: readonly string[], withRefresh: boolean): Promise<TokenResponseBody> {
-    const { token, expiresIn } = await this.issueAccessToken(grant, scope)
+  async respond(client: RegisteredClient, grant: GrantRecord, scope: readonly string[], withRefresh: boolean,
+    audience?: readonly string[]): Promise<TokenResponseBody> {
+    const { token, expiresIn } = await this.issueAccessToken(grant, scope, audience)
     const body: TokenResponseBody = { access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: scope.join(' ') }
     if (withRefresh && client.grantTypes.has('refresh_token')) body.refresh_token = await this.issueRefreshToken(grant)
     return body

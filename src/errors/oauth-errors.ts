@@ -139,3 +139,9 @@ export class TooManyAttempts extends GatewayError {
   readonly status = 429
   constructor(readonly retryAfterSeconds: number, detail: string) { super('too many failed attempts; retry later', { detail }) }
 }
+/** RFC 8707 §2: a `resource` the server does not issue tokens for. */
+export class InvalidTarget extends GatewayError {
+  readonly code = 'invalid_target'
+  readonly status = 400
+  constructor(detail: string) { super('the requested resource is unknown', { detail }) }
+}

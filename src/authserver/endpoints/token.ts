@@ -8,6 +8,7 @@ import { InvalidRequest, UnauthorizedClient, UnsupportedGrantType } from '../../
 import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
 import type { GrantHandler } from '../grants/grant.js'
+import { requestedAudience } from '../scope.js'
 import { noStore, parseForm, refuseOtherMethods, rejectCredentialsInQuery, sendOAuthError } from '../http.js'
 
 /** RFC 8707 allows several `resource` parameters; every other repeated parameter is invalid_request (G-06). */
@@ -53,7 +54,8 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       if (!client.grantTypes.has(handler.grantType)) {
         throw new UnauthorizedClient(`client ${client.clientId} is not registered for ${handler.grantType}`)
       }
-      const body = await handler.handle({ form, client, ip: request.ip, ctx })
+      const audience = requestedAudience(request.body, ctx.settings.audience)
+      const body = await handler.handle({ form, client, ip: request.ip, audience, ctx })
       return noStore(reply).code(200).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))
     } catch (error) {
       return sendOAuthError(reply, error, issuer)

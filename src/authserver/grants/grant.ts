@@ -11,6 +11,8 @@ export interface GrantRequest {
   readonly client: RegisteredClient
   /** The caller's address, for throttling. */
   readonly ip: string
+  /** The access token's `aud`: the RFC 8707 resources requested, or the configured audience. */
+  readonly audience: readonly string[]
   readonly ctx: AuthServerContext
 }
 

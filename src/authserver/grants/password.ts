@@ -10,7 +10,7 @@ import type { GrantHandler } from './grant.js'
 export const passwordGrant: GrantHandler = {
   grantType: 'password',
   parameters: ['username', 'password', 'scope'],
-  async handle({ form, client, ip, ctx }) {
+  async handle({ form, client, ip, audience, ctx }) {
     // RFC 9700 §2.4: the resource owner hands its password to the client, so only our own clients may ask.
     if (!client.firstParty) throw new UnauthorizedClient(`client ${client.clientId} is not first-party`)
     const username = form.get('username')
@@ -28,6 +28,6 @@ export const passwordGrant: GrantHandler = {
     }
     // The user authenticated just now: that is the grant's auth_time.
     const grant = await ctx.tokens.startGrant(client, user.sub, scope, Math.floor(ctx.now() / 1000))
-    return ctx.tokens.respond(client, grant, scope, true)
+    return ctx.tokens.respond(client, grant, scope, true, audience)
   },
 }

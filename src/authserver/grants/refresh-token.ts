@@ -17,7 +17,7 @@ const RACE_WINDOW_MS = 2000
 export const refreshTokenGrant: GrantHandler = {
   grantType: 'refresh_token',
   parameters: ['refresh_token', 'scope'],
-  async handle({ form, client, ctx }) {
+  async handle({ form, client, audience, ctx }) {
     const presented = form.get('refresh_token')
     if (presented === undefined) throw new InvalidRequest('refresh_token is required')
     const id = tokenHash(presented)
@@ -47,7 +47,7 @@ export const refreshTokenGrant: GrantHandler = {
     if (stored.sub !== client.clientId && !ctx.users.findBySub(stored.sub)) throw new InvalidGrant('the user no longer exists')
     const grant = grantRow as unknown as GrantRecord
     // The new refresh token carries the grant's whole scope; only this access token is narrowed.
-    const { token, expiresIn } = await ctx.tokens.issueAccessToken(grant, scope)
+    const { token, expiresIn } = await ctx.tokens.issueAccessToken(grant, scope, audience)
     const refreshToken = await ctx.tokens.issueRefreshToken(grant)
     // A parallel reuse may have revoked the grant while these were written: then they die with it.
     if (!(await ctx.store.find('grant', grant.grantId))) {
