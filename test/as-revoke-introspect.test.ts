@@ -121,3 +121,22 @@ describe('/introspect', () => {
     expect(stranger.text).toBe('{"active":false}')
   })
 })
+
+describe('CORS', () => {
+  it('G-12 allows cross-origin calls to /token and /revoke (preflight and response), never to /introspect', async () => {
+    for (const path of ['/token', '/revoke']) {
+      const preflight = await fetch(`${gateway.url}${path}`, {
+        method: 'OPTIONS', headers: { origin: 'https://app.example.com', 'access-control-request-method': 'POST' },
+      })
+      expect(preflight.status).toBe(204)
+      expect(preflight.headers.get('access-control-allow-origin')).toBe('*')
+      expect(preflight.headers.get('access-control-allow-methods')).toBe('POST')
+      expect(preflight.headers.get('access-control-allow-headers')).toContain('authorization')
+    }
+    const token = await postForm(gateway, '/token', { grant_type: 'client_credentials' }, asRs)
+    expect(token.headers.get('access-control-allow-origin')).toBe('*')
+    const introspection = await postForm(gateway, '/introspect', { token: 'x' }, asRs)
+    expect(introspection.headers.get('access-control-allow-origin')).toBeNull()
+    expect((await fetch(`${gateway.url}/introspect`, { method: 'OPTIONS' })).status).toBe(405)
+  })
+})

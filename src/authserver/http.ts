@@ -62,9 +62,23 @@ export function sendOAuthError(reply: FastifyReply, error: unknown, issuer: stri
   return reply.send(JSON.stringify({ error: failure.code, error_description: failure.description }))
 }
 
-/** G-11: the other methods on a POST-only endpoint get 405 with `Allow: POST`. */
-export function refuseOtherMethods(app: FastifyInstance, path: string, allowed: readonly string[], issuer: string): void {
-  const others = ['GET', 'HEAD', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'].filter((method) => !allowed.includes(method))
+/**
+ * G-11: the other methods on a POST-only endpoint get 405 with `Allow: POST`. With `cors` (G-12: token and
+ * revocation, which browser apps call), OPTIONS answers a CORS preflight instead; the responses themselves
+ * get `Access-Control-Allow-Origin: *` from the plugin. No cookies are ever involved, so `*` is safe.
+ */
+export function refuseOtherMethods(app: FastifyInstance, path: string, allowed: readonly string[], issuer: string,
+  options: { cors?: boolean } = {}): void {
+  if (options.cors) {
+    app.options(path, (_request, reply) => reply.code(204)
+      .header('allow', [...allowed, 'OPTIONS'].join(', '))
+      .header('access-control-allow-origin', '*')
+      .header('access-control-allow-methods', allowed.join(', '))
+      .header('access-control-allow-headers', 'authorization, content-type, dpop')
+      .header('access-control-max-age', '86400')
+      .send())
+  }
+  const others = ['GET', 'HEAD', 'PUT', 'PATCH', 'DELETE', ...(options.cors ? [] : ['OPTIONS'])].filter((method) => !allowed.includes(method))
   app.route({
     method: others as ('GET' | 'HEAD' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS')[],
     url: path,

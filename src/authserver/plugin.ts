@@ -96,6 +96,11 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     scope.removeAllContentTypeParsers()
     await scope.register(formbody, { bodyLimit: FORM_BODY_LIMIT })
     scope.setErrorHandler((error: FastifyError, _request, reply) => sendOAuthError(reply, asOAuthError(error), settings.issuer))
+    // G-12: browser apps may call the token and revocation endpoints cross-origin; never /authorize or /device.
+    const corsPaths = new Set([`${settings.prefix}/token`, `${settings.prefix}/revoke`])
+    scope.addHook('onSend', async (request, reply) => {
+      if (corsPaths.has(request.routeOptions.url ?? '')) reply.header('access-control-allow-origin', '*')
+    })
     paths.push(
       ...registerTokenEndpoint(scope, ctx, createGrantMap()),
       ...registerRevocation(scope, ctx),

@@ -37,6 +37,6 @@ export function registerRevocation(app: FastifyInstance, ctx: AuthServerContext)
       return sendOAuthError(reply, error, ctx.settings.issuer)
     }
   })
-  refuseOtherMethods(app, path, ['POST'], ctx.settings.issuer)
+  refuseOtherMethods(app, path, ['POST'], ctx.settings.issuer, { cors: true })
   return [path]
 }

@@ -61,6 +61,6 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       return sendOAuthError(reply, error, issuer)
     }
   })
-  refuseOtherMethods(app, path, ['POST'], issuer)
+  refuseOtherMethods(app, path, ['POST'], issuer, { cors: true })
   return [path]
 }
