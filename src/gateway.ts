@@ -14,7 +14,7 @@ import { Authenticator, type InvalidationSelector, type RevocationCheck } from '
 import type { KeySetStats } from './authn/jwks.js'
 import type { CacheStats } from './authn/token-cache.js'
 import { compileRules } from './rules/compile.js'
-import { createAuthServer } from './authserver/plugin.js'
+import { createAuthServer, type AuthServer } from './authserver/plugin.js'
 import { createUpstream, type Upstream } from './forward/proxy.js'
 import { createHeaderPolicy } from './forward/upstream-headers.js'
 import { HeadersTooLarge, MalformedRequest } from './errors/oauth-errors.js'
@@ -34,6 +34,8 @@ export interface GatewayHandle {
 declare module 'fastify' {
   interface FastifyInstance {
     gateway: GatewayHandle
+    /** The embedded authorization server, when enabled (its context serves the browser pages and tests). */
+    authServer: AuthServer | undefined
   }
 }
 
@@ -110,6 +112,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
     ? await createAuthServer(app, config.authorization_server, { now })
     : undefined
   for (const path of authServer?.paths ?? []) fastifyPaths.add(path)
+  app.decorate('authServer', authServer)
   const authenticator = new Authenticator({
     issuers: config.issuers ?? [],
     ...(authServer && { embedded: authServer.embedded }),
