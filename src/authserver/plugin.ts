@@ -11,7 +11,9 @@ import type { AuthorizationServerConfig } from '../config/schema.js'
 import { InvalidRequest, ServerError } from '../errors/oauth-errors.js'
 import { ClientRegistry } from './clients.js'
 import type { AuthServerContext } from './context.js'
+import { registerDeviceAuthorization } from './endpoints/device-authorization.js'
 import { registerIntrospection } from './endpoints/introspect.js'
+import { DEVICE_CODE_GRANT_TYPE } from './device.js'
 import { registerJwks } from './endpoints/jwks.js'
 import { registerMetadata } from './endpoints/metadata.js'
 import { registerRevocation } from './endpoints/revoke.js'
@@ -25,6 +27,9 @@ import { openStore } from './store.js'
 import { createThrottle } from './throttle.js'
 import { OPAQUE_ACCESS_TOKEN_PREFIX, TokenService, type StoredAccessToken } from './tokens.js'
 import { UserDirectory } from './users.js'
+
+/** The grants /token serves so far (the grant map); metadata lists those some client is registered for. */
+const IMPLEMENTED_GRANTS: ReadonlySet<string> = new Set(['client_credentials', 'refresh_token', 'password', DEVICE_CODE_GRANT_TYPE])
 
 /** G-05: form bodies are small (node-oidc-provider caps them at 56 KiB); 64 KiB here. */
 const FORM_BODY_LIMIT = 64 * 1024
@@ -105,10 +110,11 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       ...registerTokenEndpoint(scope, ctx, createGrantMap()),
       ...registerRevocation(scope, ctx),
       ...registerIntrospection(scope, ctx),
+      ...registerDeviceAuthorization(scope, ctx),
       ...registerJwks(scope, ctx),
       ...registerMetadata(scope, ctx, { implemented: new Set(['token', 'revocation', 'introspection', 'jwks',
-        ...[...settings.grantTypes].filter((grant) => grant === 'client_credentials' || grant === 'refresh_token' || grant === 'password')
-          .map((grant) => `grant:${grant}`)]) }),
+        ...(settings.grantTypes.has(DEVICE_CODE_GRANT_TYPE) ? ['device_authorization'] : []),
+        ...[...settings.grantTypes].filter((grant) => IMPLEMENTED_GRANTS.has(grant)).map((grant) => `grant:${grant}`)]) }),
     )
   })
 

@@ -1,0 +1,120 @@
+/**
+ * Authorization codes (checklist A-12, A-13, G-09): 256 random bits handed to /authorize, kept in the
+ * store only as their SHA-256 with everything the code is bound to, for 60 seconds. Redemption is
+ * grants/authorization-code.ts; this file owns how a code and its replay bookkeeping are stored.
+ */
+import { tokenHash } from '../authn/token-cache.js'
+import { InvalidRequest, InvalidScope, UnauthorizedClient } from '../errors/oauth-errors.js'
+import type { RegisteredClient } from './clients.js'
+import type { AuthServerContext } from './context.js'
+import { challengeIsWellFormed } from './pkce.js'
+import { randomToken } from './tokens.js'
+
+/** A-13: node-oidc-provider's and Keycloak's default. [TODO: configurable up to 600 s once the schema has it.] */
+export const AUTHORIZATION_CODE_TTL_SECONDS = 60
+
+/** What a code is bound to (A-12): stored under the code's hash, never beside the code itself. */
+export interface AuthorizationCodeRecord {
+  readonly clientId: string
+  /** The redirect_uri the authorization response went to: as sent, or the client's only registered one. */
+  readonly redirectUri: string
+  /** Whether the authorization request carried redirect_uri; the token request must then repeat it (AC-05). */
+  readonly redirectUriWasSent: boolean
+  readonly scope: readonly string[]
+  readonly sub: string
+  /** Seconds since the epoch: when the user authenticated. */
+  readonly authTime: number
+  /** For the ID token (ID-03), exactly as the request sent it. */
+  readonly nonce?: string
+  readonly codeChallenge?: string
+  readonly codeChallengeMethod?: 'S256'
+  /** Seconds since the epoch. */
+  readonly issuedAt: number
+  readonly expiresAt: number
+}
+
+export interface IssueAuthorizationCode {
+  readonly client: RegisteredClient
+  readonly redirectUri: string
+  readonly redirectUriWasSent: boolean
+  readonly scope: readonly string[]
+  readonly sub: string
+  readonly authTime: number
+  readonly nonce?: string
+  readonly codeChallenge?: string
+  readonly codeChallengeMethod?: 'S256'
+}
+
+/**
+ * Mints a code for a request /authorize has already validated and the user has approved, and returns it.
+ * As a last line of defence it refuses what /authorize should already have refused (A-08, PK-01, PK-06):
+ * the errors are the ones /authorize redirects with.
+ */
+export async function issueAuthorizationCode(ctx: AuthServerContext, request: IssueAuthorizationCode): Promise<string> {
+  const { client, codeChallenge, codeChallengeMethod } = request
+  if (!client.grantTypes.has('authorization_code')) throw new UnauthorizedClient(`client ${client.clientId} may not use authorization_code`)
+  const refused = request.scope.filter((scope) => !client.scopes.has(scope))
+  if (refused.length > 0) throw new InvalidScope(`not permitted: ${refused.join(' ')}`)
+  if (codeChallenge === undefined) {
+    if (client.requirePkce) throw new InvalidRequest('code_challenge is required')
+  } else {
+    // RFC 7636 §4.3: a challenge without a method means plain, which is refused like any other method.
+    if (codeChallengeMethod !== 'S256') throw new InvalidRequest('code_challenge_method must be S256')
+    if (!challengeIsWellFormed(codeChallenge)) throw new InvalidRequest('malformed code_challenge')
+  }
+  const issuedAt = Math.floor(ctx.now() / 1000)
+  const record: AuthorizationCodeRecord = {
+    clientId: client.clientId,
+    redirectUri: request.redirectUri,
+    redirectUriWasSent: request.redirectUriWasSent,
+    scope: [...request.scope],
+    sub: request.sub,
+    authTime: request.authTime,
+    ...(request.nonce !== undefined && { nonce: request.nonce }),
+    ...(codeChallenge !== undefined && { codeChallenge, codeChallengeMethod: 'S256' as const }),
+    issuedAt,
+    expiresAt: issuedAt + AUTHORIZATION_CODE_TTL_SECONDS,
+  }
+  const code = randomToken()
+  await ctx.store.upsert('authorization_code', codeId(code), { ...record }, AUTHORIZATION_CODE_TTL_SECONDS)
+  return code
+}
+
+/** The store id of a code: its SHA-256, so a copy of the store redeems nothing (G-10). */
+export function codeId(code: string): string {
+  return tokenHash(code)
+}
+
+/** The unexpired code, consumed or not (`consumedAt`), or undefined. */
+export async function findAuthorizationCode(ctx: AuthServerContext, id: string)
+  : Promise<(AuthorizationCodeRecord & { readonly consumedAt?: number }) | undefined> {
+  return await ctx.store.find('authorization_code', id) as (AuthorizationCodeRecord & { consumedAt?: number }) | undefined
+}
+
+// Replay bookkeeping (AC-06). Upserting the code record again would clear its consumed mark, so what
+// redemption learns is kept beside it, under ids no SHA-256 in base64url can take ('.' is not in its
+// alphabet), for as long as the code itself could still be presented.
+const grantLinkId = (id: string) => `${id}.grant`
+const replayMarkId = (id: string) => `${id}.replayed`
+const remaining = (ctx: AuthServerContext, code: AuthorizationCodeRecord) =>
+  Math.max(1, code.expiresAt - Math.floor(ctx.now() / 1000))
+
+/** Records the grant the first redemption started; stored with its grantId, so revoking the grant removes it. */
+export async function linkGrant(ctx: AuthServerContext, id: string, code: AuthorizationCodeRecord, grantId: string): Promise<void> {
+  await ctx.store.upsert('authorization_code', grantLinkId(id), { grantId }, remaining(ctx, code))
+}
+
+/** The grant started from the code, once its first redemption has recorded it. */
+export async function linkedGrant(ctx: AuthServerContext, id: string): Promise<string | undefined> {
+  const link = await ctx.store.find('authorization_code', grantLinkId(id))
+  return link?.grantId
+}
+
+/** Notes that an otherwise valid second redemption happened, for a first one still being answered. */
+export async function markReplayed(ctx: AuthServerContext, id: string, code: AuthorizationCodeRecord): Promise<void> {
+  await ctx.store.upsert('authorization_code', replayMarkId(id), {}, remaining(ctx, code))
+}
+
+export async function wasReplayed(ctx: AuthServerContext, id: string): Promise<boolean> {
+  return (await ctx.store.find('authorization_code', replayMarkId(id))) !== undefined
+}

@@ -1,0 +1,67 @@
+/**
+ * The device authorization endpoint (RFC 8628 §3.1, §3.2; checklist DA-01..DA-03): POST only, form body,
+ * no credentials in the query, then client authentication (or a public client's client_id) → the
+ * client's registration → the scope → a new device_code and user code. Errors as at the token endpoint;
+ * every answer is no-store (G-04).
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { InvalidRequest, UnauthorizedClient } from '../../errors/oauth-errors.js'
+import { authenticateClient } from '../client-auth.js'
+import type { AuthServerContext } from '../context.js'
+import { DEVICE_CODE_GRANT_TYPE, createDeviceCode } from '../device.js'
+import { noStore, parseForm, refuseOtherMethods, rejectCredentialsInQuery, sendOAuthError } from '../http.js'
+import { grantScope } from '../scope.js'
+
+/** G-06: RFC 8707 allows several `resource` parameters (the token request's decide the audience). */
+const REPEATABLE = new Set(['resource'])
+
+/** G-05: the media type must be a form, with or without parameters such as `;charset=UTF-8`. */
+function isForm(contentType: string | undefined): boolean {
+  return contentType?.split(';', 1)[0]!.trim().toLowerCase() === 'application/x-www-form-urlencoded'
+}
+
+/** Mounts POST `${prefix}/device_authorization` (405 for other methods); returns its path. */
+export function registerDeviceAuthorization(app: FastifyInstance, ctx: AuthServerContext): string[] {
+  const { issuer, prefix } = ctx.settings
+  const path = `${prefix}/device_authorization`
+  // DA-02: the page the user visits on another device, under the issuer like every endpoint.
+  const verificationUri = `${new URL(issuer).origin}${prefix}/device`
+
+  app.post(path, {
+    // Checked before any body is read, as at the token endpoint.
+    onRequest: async (request: FastifyRequest, reply: FastifyReply) => {
+      try {
+        rejectCredentialsInQuery(request)
+        if (!isForm(request.headers['content-type'])) throw new InvalidRequest('the body must be application/x-www-form-urlencoded')
+      } catch (error) {
+        return sendOAuthError(reply, error, issuer)
+      }
+      return undefined
+    },
+  }, async (request, reply) => {
+    try {
+      const form = parseForm(request.body, REPEATABLE)
+      // DA-01: client authentication per §1; a public client names itself with client_id.
+      const client = await authenticateClient(request, form, ctx)
+      if (!client.grantTypes.has(DEVICE_CODE_GRANT_TYPE)) {
+        throw new UnauthorizedClient(`client ${client.clientId} is not registered for the device_code grant`)
+      }
+      const scope = grantScope(form.get('scope'), client.scopes)
+      const issued = await createDeviceCode(ctx, client.clientId, scope)
+      const body = {
+        device_code: issued.deviceCode,
+        user_code: issued.userCode,
+        verification_uri: verificationUri,
+        // RFC 8628 §3.3.1: pre-fills the page, which still asks the user to confirm (DV-01).
+        verification_uri_complete: `${verificationUri}?user_code=${encodeURIComponent(issued.userCode)}`,
+        expires_in: issued.expiresIn,
+        interval: issued.interval,
+      }
+      return noStore(reply).code(200).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))
+    } catch (error) {
+      return sendOAuthError(reply, error, issuer)
+    }
+  })
+  refuseOtherMethods(app, path, ['POST'], issuer)
+  return [path]
+}

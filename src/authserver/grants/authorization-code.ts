@@ -1,0 +1,88 @@
+/**
+ * grant_type=authorization_code (checklist §3.1, §3.2). The steps run in the order AC-07 fixes: the token
+ * endpoint has authenticated the client; then the code is looked up and its bindings checked (client,
+ * PKCE, redirect_uri, user), and only then is it consumed. So a replay that would fail anyway (a wrong
+ * verifier, another client) revokes nothing, while an otherwise valid second redemption revokes the
+ * grant the first one started (AC-06), however close together the two arrive (AC-08).
+ */
+import { InvalidGrant, InvalidRequest } from '../../errors/oauth-errors.js'
+import {
+  codeId, findAuthorizationCode, linkGrant, linkedGrant, markReplayed, wasReplayed, type AuthorizationCodeRecord,
+} from '../authorization-codes.js'
+import type { RegisteredClient } from '../clients.js'
+import type { AuthServerContext } from '../context.js'
+import { verifierIsWellFormed, verifyPkce } from '../pkce.js'
+import { revokeGrant } from '../revoke-grant.js'
+import type { GrantHandler } from './grant.js'
+
+/** PK-02…PK-06: the verifier must match the challenge the code was issued with, and only then. */
+function checkPkce(code: AuthorizationCodeRecord, verifier: string | undefined, client: RegisteredClient): void {
+  // PK-03 [DECISION, as node]: a malformed verifier is a malformed request, whatever the code holds.
+  if (verifier !== undefined && !verifierIsWellFormed(verifier)) throw new InvalidRequest('malformed code_verifier')
+  if (code.codeChallenge === undefined) {
+    // PK-05, RFC 9700 §4.8.2: a verifier for a code issued without a challenge is a downgrade attempt.
+    if (verifier !== undefined) throw new InvalidRequest('code_verifier sent for a code issued without code_challenge')
+    // PK-06: /authorize issues no such code to a client that requires PKCE; a code stored before the
+    // client's registration changed is not honoured either.
+    if (client.requirePkce) throw new InvalidGrant('code issued without PKCE to a client that requires it')
+    return
+  }
+  // PK-02, RFC 7636 §4.6.
+  if (verifier === undefined) throw new InvalidGrant('code_verifier missing for a code issued with code_challenge')
+  // PK-04, constant-time (G-10).
+  if (!verifyPkce(verifier, code.codeChallenge)) throw new InvalidGrant('code_verifier does not match code_challenge')
+}
+
+/** AC-05, RFC 6749 §4.1.3: redirect_uri repeated when it was sent, and never different from the one used. */
+function checkRedirectUri(code: AuthorizationCodeRecord, redirectUri: string | undefined): void {
+  if (redirectUri === undefined) {
+    if (code.redirectUriWasSent) throw new InvalidRequest('redirect_uri is required: the authorization request carried it')
+    return
+  }
+  // Simple string comparison, as at /authorize (A-03): no normalisation of any kind.
+  if (redirectUri !== code.redirectUri) throw new InvalidGrant('redirect_uri differs from the authorization request\'s')
+}
+
+/**
+ * AC-06: an otherwise valid redemption of a consumed code. The grant the first redemption started dies;
+ * if that one has not recorded its grant yet, the mark left here makes it revoke the grant itself.
+ */
+async function refuseReplay(ctx: AuthServerContext, id: string, code: AuthorizationCodeRecord): Promise<never> {
+  await markReplayed(ctx, id, code)
+  const grantId = await linkedGrant(ctx, id)
+  if (grantId !== undefined) await revokeGrant(ctx, grantId, 'authorization code replayed')
+  else ctx.log.warn({ clientId: code.clientId }, 'authorization code replayed while its first redemption was in progress')
+  throw new InvalidGrant('authorization code already used; its grant is revoked')
+}
+
+export const authorizationCodeGrant: GrantHandler = {
+  grantType: 'authorization_code',
+  parameters: ['code', 'redirect_uri', 'code_verifier'],
+  async handle({ form, client, audience, ctx }) {
+    const presented = form.get('code')
+    if (presented === undefined) throw new InvalidRequest('code is required')  // AC-02
+    const id = codeId(presented)
+    const code = await findAuthorizationCode(ctx, id)
+    if (!code) throw new InvalidGrant('unknown or expired authorization code')  // AC-02, AC-04
+    // AC-03, RFC 6749 §10.5: a code stolen by another client is worthless to it, and tells it nothing.
+    if (code.clientId !== client.clientId) throw new InvalidGrant('authorization code of another client')
+    checkPkce(code, form.get('code_verifier'), client)
+    checkRedirectUri(code, form.get('redirect_uri'))
+    if (!ctx.users.findBySub(code.sub)) throw new InvalidGrant('the user no longer exists')
+    // AC-08: of concurrent redemptions the atomic consume lets exactly one through; the rest are replays.
+    if (code.consumedAt !== undefined || !(await ctx.store.consume('authorization_code', id))) {
+      return refuseReplay(ctx, id, code)
+    }
+    const refreshable = client.grantTypes.has('refresh_token')
+    const grant = await ctx.tokens.startGrant(client, code.sub, code.scope, code.authTime, refreshable)
+    await linkGrant(ctx, id, code, grant.grantId)
+    // AC-09: a refresh token only for a client registered for refresh_token (respond checks), scope as granted.
+    const body = await ctx.tokens.respond(client, grant, code.scope, true, audience)
+    // TODO(ID-01, ID-03, RT-07): with `openid` in code.scope, add the id_token here (nonce = code.nonce,
+    // auth_time = code.authTime, at_hash of body.access_token); refresh re-issues it per RT-07.
+    // A replay that ran before linkGrant could not find the grant: it left a mark instead (AC-06). The
+    // response still goes out (AC-08: one success), but its tokens are already dead.
+    if (await wasReplayed(ctx, id)) await revokeGrant(ctx, grant.grantId, 'authorization code replayed during its redemption')
+    return body
+  },
+}

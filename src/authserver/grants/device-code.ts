@@ -1,0 +1,61 @@
+/**
+ * grant_type=urn:ietf:params:oauth:grant-type:device_code (RFC 8628 §3.4, §3.5; checklist DC-01..DC-06):
+ * a device polls with its device_code until the user has decided. The answers, in the order checked:
+ * unknown or another client's → invalid_grant (DC-05); past expires_in → expired_token, before anything
+ * else (DC-04); denied → access_denied; pending → authorization_pending (DC-02), or slow_down when polled
+ * sooner than the interval, which then grows by 5 s for good (DC-03); approved → tokens, once (DC-06).
+ */
+import { InvalidGrant, InvalidRequest } from '../../errors/oauth-errors.js'
+import type { RegisteredClient } from '../clients.js'
+import type { AuthServerContext } from '../context.js'
+import { AccessDenied, AuthorizationPending, ExpiredToken, SlowDown } from '../device-errors.js'
+import {
+  DEVICE_CODE_GRANT_TYPE, SLOW_DOWN_STEP_SECONDS, findDeviceCode, linkGrant, recordPoll, redeemDeviceCode, type DeviceCodeRecord,
+} from '../device.js'
+import { revokeGrant } from '../revoke-grant.js'
+import type { TokenResponseBody } from '../tokens.js'
+import type { GrantHandler } from './grant.js'
+
+/**
+ * DC-06: the approved code becomes a grant, exactly once. The grant is linked to the code only once its
+ * tokens are out: a poll that finds the code redeemed and linked is a replay, and revokes the grant; one
+ * that finds it redeemed but not yet linked lost a race with the redeeming poll, and gets nothing.
+ */
+async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: RegisteredClient,
+  audience: readonly string[]): Promise<TokenResponseBody> {
+  if (record.redeemed) {
+    // [DECISION] as node-oidc-provider's consumeGrantSource: a replayed device_code may have leaked.
+    if (record.grantId !== undefined) await revokeGrant(ctx, record.grantId, 'device_code replay')
+    throw new InvalidGrant('device_code already redeemed')
+  }
+  // As RT-09: a user removed from the config since the approval gets nothing.
+  if (record.sub === undefined || !ctx.users.findBySub(record.sub)) throw new InvalidGrant('the approving user no longer exists')
+  // Of parallel polls, the atomic consume lets exactly one through.
+  if (!(await redeemDeviceCode(ctx, record))) throw new InvalidGrant('device_code already being redeemed')
+  const grant = await ctx.tokens.startGrant(client, record.sub, record.scope, record.authTime, client.grantTypes.has('refresh_token'))
+  const body = await ctx.tokens.respond(client, grant, record.scope, true, audience)
+  await linkGrant(ctx, record, grant.grantId)
+  return body
+}
+
+export const deviceCodeGrant: GrantHandler = {
+  grantType: DEVICE_CODE_GRANT_TYPE,
+  parameters: ['device_code'],
+  async handle({ form, client, audience, ctx }) {
+    const deviceCode = form.get('device_code')
+    if (deviceCode === undefined) throw new InvalidRequest('device_code is required')
+    const record = await findDeviceCode(ctx, deviceCode)
+    if (!record) throw new InvalidGrant('unknown device_code')
+    // DC-05: another client's code says nothing about itself (not even that it expired).
+    if (record.clientId !== client.clientId) throw new InvalidGrant(`device_code of another client, presented by ${client.clientId}`)
+    const now = ctx.now()
+    if (record.expiresAt * 1000 <= now) throw new ExpiredToken()
+    if (record.status === 'denied') throw new AccessDenied()
+    if (record.status === 'approved') return redeem(ctx, record, client, audience)
+    // RFC 8628 §3.5: slow_down is a pending answer, and its longer interval holds for every later poll.
+    const tooSoon = record.lastPollAt !== undefined && now - record.lastPollAt < record.interval * 1000
+    const interval = tooSoon ? record.interval + SLOW_DOWN_STEP_SECONDS : record.interval
+    await recordPoll(ctx, record, interval, now)
+    throw tooSoon ? new SlowDown(interval) : new AuthorizationPending()
+  },
+}
