@@ -50,8 +50,9 @@ function checkRedirectUri(code: AuthorizationCodeRecord, redirectUri: string | u
 async function refuseReplay(ctx: AuthServerContext, id: string, code: AuthorizationCodeRecord): Promise<never> {
   await markReplayed(ctx, id, code)
   const grantId = await linkedGrant(ctx, id)
+  // A replay means the code leaked (RFC 9700 §4.2.4): worth a warning whoever redeemed first.
+  ctx.log.warn({ clientId: code.clientId, grantId }, 'authorization code replayed')
   if (grantId !== undefined) await revokeGrant(ctx, grantId, 'authorization code replayed')
-  else ctx.log.warn({ clientId: code.clientId }, 'authorization code replayed while its first redemption was in progress')
   throw new InvalidGrant('authorization code already used; its grant is revoked')
 }
 
