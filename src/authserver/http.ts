@@ -3,7 +3,7 @@
  * (G-05), repeated parameters refused and empty ones omitted (G-06), no credentials in the query (G-07),
  * POST only with 405 + Allow (G-11), no-store on everything (G-04), one error renderer (G-03).
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify'
 import {
   GatewayError, InvalidClient, InvalidRequest, MethodNotAllowed, ServerError, TemporarilyUnavailable, TooManyAttempts,
 } from '../errors/oauth-errors.js'
@@ -84,4 +84,25 @@ export function refuseOtherMethods(app: FastifyInstance, path: string, allowed: 
     url: path,
     handler: (_request, reply) => sendOAuthError(reply, new MethodNotAllowed(allowed), issuer),
   })
+}
+
+/** G-05: the media type must be a form, with or without parameters such as `;charset=UTF-8`. */
+export function isForm(contentType: string | undefined): boolean {
+  return contentType?.split(';', 1)[0]!.trim().toLowerCase() === 'application/x-www-form-urlencoded'
+}
+
+/**
+ * An onRequest hook for the form-POST endpoints: credentials in the URI (G-07) and any body that is not
+ * a form (G-05) are refused before the body is read, so they are never parsed.
+ */
+export function formPostGuard(issuer: string): onRequestAsyncHookHandler {
+  return async (request, reply) => {
+    try {
+      rejectCredentialsInQuery(request)
+      if (!isForm(request.headers['content-type'])) throw new InvalidRequest('the body must be application/x-www-form-urlencoded')
+    } catch (error) {
+      return sendOAuthError(reply, error, issuer)
+    }
+    return undefined
+  }
 }

@@ -4,21 +4,16 @@
  * client's registration → the scope → a new device_code and user code. Errors as at the token endpoint;
  * every answer is no-store (G-04).
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { InvalidRequest, UnauthorizedClient } from '../../errors/oauth-errors.js'
+import type { FastifyInstance } from 'fastify'
+import { UnauthorizedClient } from '../../errors/oauth-errors.js'
 import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
 import { DEVICE_CODE_GRANT_TYPE, createDeviceCode } from '../device.js'
-import { noStore, parseForm, refuseOtherMethods, rejectCredentialsInQuery, sendOAuthError } from '../http.js'
+import { formPostGuard, noStore, parseForm, refuseOtherMethods, sendOAuthError } from '../http.js'
 import { grantScope } from '../scope.js'
 
 /** G-06: RFC 8707 allows several `resource` parameters (the token request's decide the audience). */
 const REPEATABLE = new Set(['resource'])
-
-/** G-05: the media type must be a form, with or without parameters such as `;charset=UTF-8`. */
-function isForm(contentType: string | undefined): boolean {
-  return contentType?.split(';', 1)[0]!.trim().toLowerCase() === 'application/x-www-form-urlencoded'
-}
 
 /** Mounts POST `${prefix}/device_authorization` (405 for other methods); returns its path. */
 export function registerDeviceAuthorization(app: FastifyInstance, ctx: AuthServerContext): string[] {
@@ -27,18 +22,8 @@ export function registerDeviceAuthorization(app: FastifyInstance, ctx: AuthServe
   // DA-02: the page the user visits on another device, under the issuer like every endpoint.
   const verificationUri = `${new URL(issuer).origin}${prefix}/device`
 
-  app.post(path, {
-    // Checked before any body is read, as at the token endpoint.
-    onRequest: async (request: FastifyRequest, reply: FastifyReply) => {
-      try {
-        rejectCredentialsInQuery(request)
-        if (!isForm(request.headers['content-type'])) throw new InvalidRequest('the body must be application/x-www-form-urlencoded')
-      } catch (error) {
-        return sendOAuthError(reply, error, issuer)
-      }
-      return undefined
-    },
-  }, async (request, reply) => {
+  // Credentials in the URI or a body that is not a form are refused before the body is read.
+  app.post(path, { onRequest: formPostGuard(issuer) }, async (request, reply) => {
     try {
       const form = parseForm(request.body, REPEATABLE)
       // DA-01: client authentication per §1; a public client names itself with client_id.

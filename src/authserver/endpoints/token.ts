@@ -3,21 +3,16 @@
  * → client authentication → the client's registration → the grant module. Every answer, success or
  * error, is no-store (G-04); errors are 400 except invalid_client (401) and throttling (429).
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import { InvalidRequest, UnauthorizedClient, UnsupportedGrantType } from '../../errors/oauth-errors.js'
 import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
 import type { GrantHandler } from '../grants/grant.js'
 import { requestedAudience } from '../scope.js'
-import { noStore, parseForm, refuseOtherMethods, rejectCredentialsInQuery, sendOAuthError } from '../http.js'
+import { formPostGuard, noStore, parseForm, refuseOtherMethods, sendOAuthError } from '../http.js'
 
 /** RFC 8707 allows several `resource` parameters; every other repeated parameter is invalid_request (G-06). */
 const REPEATABLE = new Set(['resource'])
-
-/** G-05: the media type must be a form, with or without parameters such as `;charset=UTF-8`. */
-function isForm(contentType: string | undefined): boolean {
-  return contentType?.split(';', 1)[0]!.trim().toLowerCase() === 'application/x-www-form-urlencoded'
-}
 
 export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerContext, grants: ReadonlyMap<string, GrantHandler>): string[] {
   const path = `${ctx.settings.prefix}/token`
@@ -33,18 +28,8 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
     return handler
   }
 
-  app.post(path, {
-    // Checked before any body is read, so credentials in the URI or a JSON body are refused, not parsed.
-    onRequest: async (request: FastifyRequest, reply: FastifyReply) => {
-      try {
-        rejectCredentialsInQuery(request)
-        if (!isForm(request.headers['content-type'])) throw new InvalidRequest('the body must be application/x-www-form-urlencoded')
-      } catch (error) {
-        return sendOAuthError(reply, error, issuer)
-      }
-      return undefined
-    },
-  }, async (request, reply) => {
+  // Credentials in the URI or a body that is not a form are refused before the body is read.
+  app.post(path, { onRequest: formPostGuard(issuer) }, async (request, reply) => {
     try {
       const form = parseForm(request.body, REPEATABLE)
       const grantType = form.get('grant_type')
