@@ -5,10 +5,9 @@
  * else (DC-04); denied → access_denied; pending → authorization_pending (DC-02), or slow_down when polled
  * sooner than the interval, which then grows by 5 s for good (DC-03); approved → tokens, once (DC-06).
  */
-import { InvalidGrant, InvalidRequest } from '../../errors/oauth-errors.js'
 import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
-import { AccessDenied, AuthorizationPending, ExpiredToken, SlowDown } from '../device-errors.js'
+import { AccessDenied, AuthorizationPending, ExpiredToken, InvalidGrant, InvalidRequest, SlowDown } from '../../errors/oauth-errors.js'
 import {
   DEVICE_CODE_GRANT_TYPE, SLOW_DOWN_STEP_SECONDS, findDeviceCode, linkGrant, recordPoll, redeemDeviceCode, type DeviceCodeRecord,
 } from '../device.js'
