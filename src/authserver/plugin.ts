@@ -18,6 +18,7 @@ import { registerJwks } from './endpoints/jwks.js'
 import { registerMetadata } from './endpoints/metadata.js'
 import { registerRevocation } from './endpoints/revoke.js'
 import { registerTokenEndpoint } from './endpoints/token.js'
+import { registerUserinfo } from './endpoints/userinfo.js'
 import { createGrantMap } from './grants/index.js'
 import { sendOAuthError } from './http.js'
 import { KeyManager, keyRetirementSeconds } from './keys.js'
@@ -112,7 +113,8 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       ...registerIntrospection(scope, ctx),
       ...registerDeviceAuthorization(scope, ctx),
       ...registerJwks(scope, ctx),
-      ...registerMetadata(scope, ctx, { implemented: new Set(['token', 'revocation', 'introspection', 'jwks',
+      ...registerUserinfo(scope, ctx),
+      ...registerMetadata(scope, ctx, { implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo',
         ...(settings.grantTypes.has(DEVICE_CODE_GRANT_TYPE) ? ['device_authorization'] : []),
         ...[...settings.grantTypes].filter((grant) => IMPLEMENTED_GRANTS.has(grant)).map((grant) => `grant:${grant}`)]) }),
     )
