@@ -33,16 +33,9 @@ export interface AuthorizationCodeRecord {
   readonly expiresAt: number
 }
 
-export interface IssueAuthorizationCode {
+/** What /authorize hands over: the record's bindings, with the client itself instead of its id. */
+export type IssueAuthorizationCode = Omit<AuthorizationCodeRecord, 'clientId' | 'issuedAt' | 'expiresAt'> & {
   readonly client: RegisteredClient
-  readonly redirectUri: string
-  readonly redirectUriWasSent: boolean
-  readonly scope: readonly string[]
-  readonly sub: string
-  readonly authTime: number
-  readonly nonce?: string
-  readonly codeChallenge?: string
-  readonly codeChallengeMethod?: 'S256'
 }
 
 /**
