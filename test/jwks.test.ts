@@ -16,8 +16,8 @@ import { closedPort, startRecordingUpstream, type RecordingUpstream } from './su
 import { createSigningKey, signWith, startTestIssuer, type SigningKey, type TestIssuer } from './support/issuer.js'
 import { startGateway, testConfig, type RunningGateway, type StartOptions } from './support/gateway.js'
 import { testClock, type Clock } from './support/clock.js'
+import { INVALID_TOKEN_CHALLENGE, callOrders, deniedReasons, expectAccepted, expectInvalidToken } from './support/harness.js'
 
-const INVALID_TOKEN_CHALLENGE = 'Bearer realm="test", error="invalid_token", error_description="the access token is invalid or expired"'
 
 
 interface Harness {
@@ -57,39 +57,14 @@ function tokenAt(harness: Harness, options: { key?: SigningKey; kid?: string } =
   return signWith(key, claimsAt(harness.clock, harness.issuer), options.kid ? { kid: options.kid } : {})
 }
 
-function call(harness: Harness, token: string): Promise<Response> {
-  return fetch(`${harness.gateway.url}/orders`, { headers: { authorization: `Bearer ${token}` } })
-}
-
-async function expectAccepted(harness: Harness, token: string): Promise<void> {
-  const before = harness.upstream.requests.length
-  const res = await call(harness, token)
-  expect(res.status).toBe(200)
-  expect(harness.upstream.requests).toHaveLength(before + 1)
-}
-
-async function expectInvalidToken(harness: Harness, token: string): Promise<void> {
-  const before = harness.upstream.requests.length
-  const res = await call(harness, token)
-  expect(res.status).toBe(401)
-  expect(res.headers.get('www-authenticate')).toBe(INVALID_TOKEN_CHALLENGE)
-  expect(await res.json()).toEqual({ error: 'invalid_token', error_description: 'the access token is invalid or expired' })
-  expect(harness.upstream.requests).toHaveLength(before)
-}
-
 async function expectUnavailable(harness: Harness, token: string, retryAfter: string): Promise<void> {
-  const res = await call(harness, token)
+  const res = await callOrders(harness, token)
   expect(res.status).toBe(503)
   expect(res.headers.get('retry-after')).toBe(retryAfter)
   expect(res.headers.get('www-authenticate')).toBeNull()
   expect(res.headers.get('content-type')).toBe('application/json; charset=utf-8')
   expect(await res.json()).toEqual({ error: 'temporarily_unavailable', error_description: 'the service is temporarily unavailable' })
   expect(harness.upstream.requests).toHaveLength(0)
-}
-
-function reasonsLogged(gateway: RunningGateway): unknown[] {
-  return gateway.logs.map((line) => JSON.parse(line) as { msg?: string; reason?: unknown })
-    .filter((entry) => entry.msg === 'request denied').map((entry) => entry.reason)
 }
 
 /** Lets a background refresh (stale-while-revalidate) finish before counting fetches. */
@@ -109,7 +84,7 @@ describe('key rotation at the issuer', () => {
     // Within the cooldown of the boot-time fetch: the unknown kid does not trigger a fetch.
     await expectInvalidToken(harness, await tokenAt(harness, { key: fresh }))
     expect(harness.issuer.jwksFetches).toBe(1)
-    expect(reasonsLogged(harness.gateway)).toEqual(['unknown_kid'])
+    expect(deniedReasons(harness.gateway)).toEqual(['unknown_kid'])
     harness.clock.advance(COOLDOWN_MS + 1)
     await expectAccepted(harness, await tokenAt(harness, { key: fresh }))
     expect(harness.issuer.jwksFetches).toBe(2)
@@ -203,7 +178,7 @@ describe('JWKS endpoint down', () => {
     const harness = await start(context, { before: (issuer) => issuer.setDown(true) })
     const token = await signWith(harness.issuer.keys[0]!, claimsAt(harness.clock, { issuer: 'https://other.example/', audience: harness.issuer.audience }))
     await expectInvalidToken(harness, token)
-    expect(reasonsLogged(harness.gateway)).toEqual(['unknown_issuer'])
+    expect(deniedReasons(harness.gateway)).toEqual(['unknown_issuer'])
   })
 })
 
@@ -214,7 +189,7 @@ describe('floods of unknown kids', () => {
     expect(harness.issuer.jwksFetches).toBe(1)
     const flood = async (label: string) => {
       const tokens = await Promise.all(Array.from({ length: 50 }, (_, i) => tokenAt(harness, { kid: `${label}-${i}` })))
-      const responses = await Promise.all(tokens.map((token) => call(harness, token)))
+      const responses = await Promise.all(tokens.map((token) => callOrders(harness, token)))
       for (const res of responses) {
         expect(res.status).toBe(401)
         expect(res.headers.get('www-authenticate')).toBe(INVALID_TOKEN_CHALLENGE)
@@ -248,7 +223,7 @@ describe('floods of unknown kids', () => {
     harness.issuer.setDown(false)
     harness.clock.advance(COOLDOWN_MS + 1)
     const tokens = await Promise.all(Array.from({ length: 50 }, () => tokenAt(harness)))
-    const responses = await Promise.all(tokens.map((token) => call(harness, token)))
+    const responses = await Promise.all(tokens.map((token) => callOrders(harness, token)))
     expect(responses.map((res) => res.status)).toEqual(Array(50).fill(200))
     expect(harness.issuer.jwksFetches).toBe(2)
   })
@@ -328,7 +303,7 @@ describe('where the keys come from', () => {
     await expectInvalidToken(harness, hs256)
     await expectInvalidToken(harness, await signWith(leaked, claimsAt(harness.clock, staticIssuer)))
     await expectAccepted(harness, await signWith(good, claimsAt(harness.clock, staticIssuer)))
-    expect(reasonsLogged(harness.gateway)).toEqual(['algorithm_not_allowed', 'unknown_kid'])
+    expect(deniedReasons(harness.gateway)).toEqual(['algorithm_not_allowed', 'unknown_kid'])
   })
 })
 
@@ -385,7 +360,7 @@ describe('JWKS robustness (issue 3)', () => {
     // One fetch as soon as the cooldown allows, then one per cooldown that ends within the second.
     expect(harness.issuer.jwksFetches - 1).toBe(Math.ceil(1000 / cooldownMs))
     expect(keySetStats(harness)).toMatchObject({ fetches: harness.issuer.jwksFetches, failures: 0, keys: 2 })
-    const reasons = reasonsLogged(harness.gateway)
+    const reasons = deniedReasons(harness.gateway)
     expect(reasons).toHaveLength(batches * batchSize)
     expect(new Set(reasons)).toEqual(new Set(['unknown_kid']))
     // A published key kept working, with no fetch for it.

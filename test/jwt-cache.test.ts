@@ -16,8 +16,8 @@ import { startRecordingUpstream, type RecordingUpstream } from './support/upstre
 import { signWith, startTestIssuer, type SigningKey, type TestIssuer } from './support/issuer.js'
 import { startGateway, testConfig, type RunningGateway } from './support/gateway.js'
 import { testClock, type Clock } from './support/clock.js'
+import { INVALID_TOKEN_CHALLENGE, callOrders, expectAccepted, expectInvalidToken } from './support/harness.js'
 
-const INVALID_TOKEN_CHALLENGE = 'Bearer realm="test", error="invalid_token", error_description="the access token is invalid or expired"'
 const COOLDOWN_MS = 30_000
 const SKEW_MS = 30_000
 
@@ -117,34 +117,6 @@ function tokenAt(harness: Harness, claims: JWTPayload = {}, options: { key?: Sig
     iat: clock.seconds(), exp: clock.seconds() + (options.expiresIn ?? 300), ...claims,
   }
   return signWith(options.key ?? esKey(issuer), payload, options.kid ? { kid: options.kid } : {})
-}
-
-function call(harness: Harness, token: string): Promise<Response> {
-  return fetch(`${harness.gateway.url}/orders`, { headers: { authorization: `Bearer ${token}` } })
-}
-
-async function expectAccepted(harness: Harness, token: string): Promise<void> {
-  const before = harness.upstream.requests.length
-  const res = await call(harness, token)
-  expect(res.status).toBe(200)
-  await res.arrayBuffer()
-  expect(harness.upstream.requests).toHaveLength(before + 1)
-}
-
-/** 401 invalid_token with the Bearer challenge, the upstream untouched, and `reason` the last one logged. */
-async function expectInvalidToken(harness: Harness, token: string, reason: string): Promise<void> {
-  const before = harness.upstream.requests.length
-  const res = await call(harness, token)
-  expect(res.status).toBe(401)
-  expect(res.headers.get('www-authenticate')).toBe(INVALID_TOKEN_CHALLENGE)
-  expect(await res.json()).toEqual({ error: 'invalid_token', error_description: 'the access token is invalid or expired' })
-  expect(harness.upstream.requests).toHaveLength(before)
-  expect(deniedReasons(harness.gateway).at(-1)).toBe(reason)
-}
-
-function deniedReasons(gateway: RunningGateway): unknown[] {
-  return gateway.logs.map((line) => JSON.parse(line) as { msg?: string; reason?: unknown })
-    .filter((entry) => entry.msg === 'request denied').map((entry) => entry.reason)
 }
 
 function jwtStats(harness: Harness): CacheStats {
@@ -280,7 +252,7 @@ describe('verified-JWT cache', () => {
     harness.clock.advance(COOLDOWN_MS + 1)
     const token = await tokenAt(harness, {}, { key: fresh })
     gate.hold()
-    const responses = Array.from({ length: 50 }, () => call(harness, token))
+    const responses = Array.from({ length: 50 }, () => callOrders(harness, token))
     await until(() => gate.pending === 1 && jwtStats(harness).misses === 50, 'all 50 requests waiting')
     // Every request missed the cache, and all of them wait on the one verification in flight.
     expect(jwtStats(harness)).toMatchObject({ misses: 50, hits: 0, inflight: 1, size: 0 })
@@ -303,7 +275,7 @@ describe('verified-JWT cache', () => {
     harness.clock.advance(COOLDOWN_MS + 1)
     const token = await tokenAt(harness, {}, { kid: 'never-published' })
     gate.hold()
-    const responses = Array.from({ length: 20 }, () => call(harness, token))
+    const responses = Array.from({ length: 20 }, () => callOrders(harness, token))
     await until(() => gate.pending === 1 && jwtStats(harness).misses === 20, 'all 20 requests waiting')
     expect(jwtStats(harness).inflight).toBe(1)
     gate.release()
@@ -386,7 +358,7 @@ describe('invalidation hook', () => {
     harness.clock.advance(COOLDOWN_MS + 1)
     const token = await tokenAt(harness, alice, { key: fresh })
     gate.hold()
-    const response = call(harness, token)
+    const response = callOrders(harness, token)
     await until(() => gate.pending === 1 && jwtStats(harness).inflight === 1, 'the verification in flight')
     expect(harness.gateway.app.gateway.invalidate(selectorFor(token))).toBe(0)
     gate.release()
