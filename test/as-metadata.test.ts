@@ -82,6 +82,7 @@ async function startAuthServer(options: StartOptions = {}): Promise<Started> {
     tokens: new TokenService(settings, keys, store, now),
     revocations: new RevocationList(store, now),
     throttle: { check: async () => {}, fail: async () => {} },
+    userCodeThrottle: { check: async () => {}, fail: async () => {} },
   }
   const paths = [...registerJwks(app, ctx), ...registerMetadata(app, ctx, { implemented: new Set(options.implemented ?? TODAY) })]
   await app.ready()

@@ -1,6 +1,7 @@
 /**
  * Authorization codes (checklist A-12, A-13, G-09): 256 random bits handed to /authorize, kept in the
- * store only as their SHA-256 with everything the code is bound to, for 60 seconds. Redemption is
+ * store only as their SHA-256 with everything the code is bound to, for 60 seconds by default
+ * (`authorization_code.ttl`, A-13: node-oidc-provider's and Keycloak's default). Redemption is
  * grants/authorization-code.ts; this file owns how a code and its replay bookkeeping are stored.
  */
 import { tokenHash } from '../authn/token-cache.js'
@@ -9,9 +10,6 @@ import type { RegisteredClient } from './clients.js'
 import type { AuthServerContext } from './context.js'
 import { challengeIsWellFormed } from './pkce.js'
 import { randomToken } from './tokens.js'
-
-/** A-13: node-oidc-provider's and Keycloak's default. [TODO: configurable up to 600 s once the schema has it.] */
-export const AUTHORIZATION_CODE_TTL_SECONDS = 60
 
 /** What a code is bound to (A-12): stored under the code's hash, never beside the code itself. */
 export interface AuthorizationCodeRecord {
@@ -66,10 +64,10 @@ export async function issueAuthorizationCode(ctx: AuthServerContext, request: Is
     ...(request.nonce !== undefined && { nonce: request.nonce }),
     ...(codeChallenge !== undefined && { codeChallenge, codeChallengeMethod: 'S256' as const }),
     issuedAt,
-    expiresAt: issuedAt + AUTHORIZATION_CODE_TTL_SECONDS,
+    expiresAt: issuedAt + ctx.settings.authorizationCodeTtlSeconds,
   }
   const code = randomToken()
-  await ctx.store.upsert('authorization_code', codeId(code), { ...record }, AUTHORIZATION_CODE_TTL_SECONDS)
+  await ctx.store.upsert('authorization_code', codeId(code), { ...record }, ctx.settings.authorizationCodeTtlSeconds)
   return code
 }
 

@@ -30,7 +30,7 @@ export interface SigningKeys {
 /**
  * Brute-force protection (checklist CA-09, PW-04, DV-04): failures counted per key in a window; once a
  * key is over its limit, `check` throws TooManyAttempts (429 + Retry-After). Keys look like `client:<id>`,
- * `ip:<address>`, `user:<name>`.
+ * `ip:<address>`, `user:<name>`, `session:<id>`.
  */
 export interface Throttle {
   check(keys: readonly string[]): Promise<void>
@@ -46,6 +46,8 @@ export interface AuthServerContext {
   readonly tokens: TokenService
   readonly revocations: RevocationList
   readonly throttle: Throttle
+  /** DV-04: wrong user codes on the /device page, per browser session and per address. */
+  readonly userCodeThrottle: Throttle
   readonly now: () => number
   readonly log: FastifyBaseLogger
 }

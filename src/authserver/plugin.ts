@@ -4,6 +4,8 @@
  * what it needs to trust the embedded issuer in-process.
  */
 import type { FastifyError, FastifyInstance } from 'fastify'
+import cookie from '@fastify/cookie'
+import csrf from '@fastify/csrf-protection'
 import formbody from '@fastify/formbody'
 import type { EmbeddedIssuer } from '../authn/authenticator.js'
 import type { Principal } from '../authn/principal.js'
@@ -25,12 +27,18 @@ import { KeyManager, keyRetirementSeconds } from './keys.js'
 import { RevocationList } from './revocations.js'
 import { resolveSettings } from './settings.js'
 import { openStore } from './store.js'
-import { createThrottle } from './throttle.js'
+import { createThrottle, USER_CODE_LIMITS } from './throttle.js'
+import { cookieOptions } from './browser/session.js'
+import { registerAuthorize } from './endpoints/authorize.js'
+import { registerConsent } from './endpoints/consent.js'
+import { registerDevicePage } from './endpoints/device.js'
+import { registerLogin } from './endpoints/login.js'
 import { OPAQUE_ACCESS_TOKEN_PREFIX, TokenService, type StoredAccessToken } from './tokens.js'
 import { UserDirectory } from './users.js'
 
 /** The grants /token serves so far (the grant map); metadata lists those some client is registered for. */
-const IMPLEMENTED_GRANTS: ReadonlySet<string> = new Set(['client_credentials', 'refresh_token', 'password', DEVICE_CODE_GRANT_TYPE])
+const IMPLEMENTED_GRANTS: ReadonlySet<string> = new Set(['authorization_code', 'client_credentials', 'refresh_token', 'password',
+  DEVICE_CODE_GRANT_TYPE])
 
 /** G-05: form bodies are small (node-oidc-provider caps them at 56 KiB); 64 KiB here. */
 const FORM_BODY_LIMIT = 64 * 1024
@@ -93,6 +101,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     tokens: new TokenService(settings, keys, store, now),
     revocations,
     throttle: createThrottle(settings),
+    userCodeThrottle: createThrottle(USER_CODE_LIMITS, undefined, 'user-codes'),
     now,
     log,
   }
@@ -102,6 +111,14 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     scope.removeAllContentTypeParsers()
     await scope.register(formbody, { bodyLimit: FORM_BODY_LIMIT })
     scope.setErrorHandler((error: FastifyError, _request, reply) => sendOAuthError(reply, asOAuthError(error), settings.issuer))
+    // The pages' cookies (the login session, the CSRF secret): parsed only for this scope's routes.
+    await scope.register(cookie)
+    // A-15: every page form carries a token made from a per-browser secret kept in an HttpOnly cookie.
+    await scope.register(csrf, {
+      cookieKey: 'portcullis_csrf',
+      cookieOpts: cookieOptions(ctx),
+      getToken: (request) => (request.body as Record<string, unknown> | undefined)?._csrf as string | undefined,
+    })
     // G-12: browser apps may call the token and revocation endpoints cross-origin; never /authorize or /device.
     const corsPaths = new Set([`${settings.prefix}/token`, `${settings.prefix}/revoke`])
     scope.addHook('onSend', async (request, reply) => {
@@ -114,7 +131,12 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       ...registerDeviceAuthorization(scope, ctx),
       ...registerJwks(scope, ctx),
       ...registerUserinfo(scope, ctx),
-      ...registerMetadata(scope, ctx, { implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo',
+      ...registerAuthorize(scope, ctx),
+      ...registerLogin(scope, ctx),
+      ...registerConsent(scope, ctx),
+      ...registerDevicePage(scope, ctx),
+      ...registerMetadata(scope, ctx, { implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo', 'id_token',
+        ...(settings.grantTypes.has('authorization_code') ? ['authorization'] : []),
         ...(settings.grantTypes.has(DEVICE_CODE_GRANT_TYPE) ? ['device_authorization'] : []),
         ...[...settings.grantTypes].filter((grant) => IMPLEMENTED_GRANTS.has(grant)).map((grant) => `grant:${grant}`)]) }),
     )

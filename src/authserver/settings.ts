@@ -14,6 +14,12 @@ export interface AuthServerSettings {
   readonly accessTokenTtlSeconds: number
   readonly audience: readonly string[]
   readonly refreshTokenTtlSeconds: number
+  /** 60 s by default, at most 600 (checked at load). */
+  readonly authorizationCodeTtlSeconds: number
+  /** How long a browser login lasts (the session cookie and its record). */
+  readonly sessionTtlSeconds: number
+  /** How long a remembered consent lasts. */
+  readonly consentTtlSeconds: number
   readonly failuresPerClient: number
   readonly failuresPerIp: number
   readonly throttleWindowSeconds: number
@@ -33,6 +39,9 @@ export function resolveSettings(config: AuthorizationServerConfig): AuthServerSe
     accessTokenTtlSeconds: parseDuration(config.access_token?.ttl ?? '1h') / 1000,
     audience: config.access_token?.audience ?? [issuer],
     refreshTokenTtlSeconds: parseDuration(config.refresh_token?.ttl ?? '30d') / 1000,
+    authorizationCodeTtlSeconds: Math.max(1, Math.floor(parseDuration(config.authorization_code?.ttl ?? '60s') / 1000)),
+    sessionTtlSeconds: Math.max(1, Math.floor(parseDuration(config.session?.ttl ?? '12h') / 1000)),
+    consentTtlSeconds: Math.max(1, Math.floor(parseDuration(config.consent?.ttl ?? '90d') / 1000)),
     failuresPerClient: config.throttling?.failures_per_client ?? 10,
     failuresPerIp: config.throttling?.failures_per_ip ?? 100,
     throttleWindowSeconds: parseDuration(config.throttling?.window ?? '1m') / 1000,

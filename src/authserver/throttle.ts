@@ -26,17 +26,24 @@ function positiveInteger(name: string, value: number): number {
   return value
 }
 
-export function createThrottle(settings: AuthServerSettings, createLimiter: LimiterFactory = memoryLimiter): Throttle {
+/** The allowances of one throttle: the token endpoint's and login's come from `throttling:`; DV-04's are fixed. */
+export type ThrottleLimits = Pick<AuthServerSettings, 'failuresPerClient' | 'failuresPerIp' | 'throttleWindowSeconds'>
+
+/** DV-04 [DECISION]: five wrong user codes per browser session or per address in five minutes. */
+export const USER_CODE_LIMITS: ThrottleLimits = { failuresPerClient: 5, failuresPerIp: 5, throttleWindowSeconds: 300 }
+
+/** `name` keeps the counters of two throttles apart in a shared limiter store. */
+export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterFactory = memoryLimiter, name = 'failures'): Throttle {
   // Limiters count in whole seconds; a sub-second window would never hold a failure.
   const duration = Math.max(1, Math.ceil(settings.throttleWindowSeconds))
-  // `client:` and `user:` keys name one identity an attacker guesses secrets for; `ip:` keys one source,
+  // `client:`, `user:` and `session:` keys name one identity an attacker guesses for; `ip:` keys one source,
   // which may be a NAT in front of many honest clients, hence its own (larger) allowance.
   const perIdentity = createLimiter({
-    keyPrefix: 'portcullis-failures-identity', duration,
+    keyPrefix: `portcullis-${name}-identity`, duration,
     points: positiveInteger('failures_per_client', settings.failuresPerClient),
   })
   const perIp = createLimiter({
-    keyPrefix: 'portcullis-failures-ip', duration,
+    keyPrefix: `portcullis-${name}-ip`, duration,
     points: positiveInteger('failures_per_ip', settings.failuresPerIp),
   })
   const limiterFor = (key: string) => (key.startsWith('ip:') ? perIp : perIdentity)

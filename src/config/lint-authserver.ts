@@ -4,6 +4,7 @@
  */
 import type { AuthorizationServerConfig, ClientConfig, GatewayConfig } from './schema.js'
 import type { LintProblem } from './lint.js'
+import { parseDuration } from './units.js'
 
 /** The grants that can hand out a refresh token; `refresh_token` alone is useless. */
 const ISSUES_REFRESH = new Set(['authorization_code', 'password', 'urn:ietf:params:oauth:grant-type:device_code'])
@@ -71,6 +72,11 @@ export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
   else if (!URL.canParse(as.issuer)) problems.push({ path: [...base, 'issuer'], message: 'is not a valid URL' })
   if (as.issuer !== undefined && (config.issuers ?? []).some((issuer) => issuer.issuer === as.issuer)) {
     problems.push({ path: [...base, 'issuer'], message: 'is also listed under issuers: the embedded issuer is trusted automatically' })
+  }
+  // A-13, RFC 6749 §4.1.2: a code lives "a maximum of 10 minutes"; it is redeemed within seconds.
+  const codeTtl = as.authorization_code?.ttl
+  if (codeTtl !== undefined && (parseDuration(codeTtl) < 1000 || parseDuration(codeTtl) > 600_000)) {
+    problems.push({ path: [...base, 'authorization_code', 'ttl'], message: 'must be between 1s and 10m (RFC 6749 §4.1.2)' })
   }
   const clientIds = new Map<string, number>()
   ;(as.clients ?? []).forEach((client, index) => {

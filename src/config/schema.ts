@@ -132,6 +132,7 @@ const Client = Strict({
   scopes: Type.Array(ScopeToken),
   audience: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
   name: Type.Optional(NonEmpty),
+  id_token_signed_response_alg: Type.Optional(StringEnum(['RS256', 'ES256', 'EdDSA'] as const)),
 })
 
 const User = Strict({
@@ -159,6 +160,9 @@ const AuthorizationServer = Strict({
     audience: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
   })),
   refresh_token: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),
+  authorization_code: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),
+  session: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),
+  consent: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),
   clients: Type.Optional(Type.Array(Client)),
   users: Type.Optional(Type.Array(User)),
   throttling: Type.Optional(Strict({

@@ -9,6 +9,8 @@ export type ErrorCode =
   // RFC 6749 §5.2 and RFC 8628 §3.5, answered by the embedded authorization server
   | 'invalid_client' | 'invalid_grant' | 'unauthorized_client' | 'unsupported_grant_type' | 'invalid_scope'
   | 'authorization_pending' | 'slow_down' | 'access_denied' | 'expired_token' | 'invalid_target'
+  // RFC 6749 §4.1.2.1 and OIDC Core §3.1.2.6, answered by /authorize on the redirect
+  | 'unsupported_response_type' | 'login_required' | 'consent_required' | 'request_not_supported' | 'request_uri_not_supported'
 
 export interface ErrorInternals {
   detail?: string
@@ -165,7 +167,7 @@ export class SlowDown extends GatewayError {
 export class AccessDenied extends GatewayError {
   readonly code = 'access_denied'
   readonly status = 400
-  constructor() { super('the user denied the authorization request') }
+  constructor(description = 'the user denied the authorization request') { super(description) }
 }
 
 /** The device_code is past its expires_in: the device must start over (DC-04). */
@@ -173,4 +175,31 @@ export class ExpiredToken extends GatewayError {
   readonly code = 'expired_token'
   readonly status = 400
   constructor() { super('the device_code has expired') }
+}
+
+// /authorize errors that only ever travel on the redirect back to the client (RFC 6749 §4.1.2.1, OIDC Core
+// §3.1.2.6); their status is what they would be were they ever rendered, never sent as such.
+export class UnsupportedResponseType extends GatewayError {
+  readonly code = 'unsupported_response_type'
+  readonly status = 400
+}
+export class LoginRequired extends GatewayError {
+  readonly code = 'login_required'
+  readonly status = 400
+  constructor() { super('prompt=none, and the user is not logged in') }
+}
+export class ConsentRequired extends GatewayError {
+  readonly code = 'consent_required'
+  readonly status = 400
+  constructor() { super('prompt=none, and the user has not consented to this client and scope') }
+}
+export class RequestNotSupported extends GatewayError {
+  readonly code = 'request_not_supported'
+  readonly status = 400
+  constructor() { super('request objects are not supported') }
+}
+export class RequestUriNotSupported extends GatewayError {
+  readonly code = 'request_uri_not_supported'
+  readonly status = 400
+  constructor() { super('request_uri is not supported') }
 }

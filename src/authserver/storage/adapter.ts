@@ -13,6 +13,9 @@ export type ArtifactKind =
   | 'revoked_jti'         // id: jti of a revoked JWT access token, kept until the token's exp
   | 'signing_key'         // id: kid
   | 'grant'               // id: grantId; what a family was granted, for absolute lifetime and revocation
+  | 'session'             // id: SHA-256 of the browser session cookie; who logged in, when
+  | 'interaction'         // id: SHA-256 of an interaction id; an authorization request waiting for login or consent
+  | 'consent'             // id: sub + client_id; the scopes a user has agreed to give a client
 
 /** A stored value: any JSON object; `grantId` and `userCode` are indexed. */
 export interface StoredArtifact {

@@ -1,0 +1,112 @@
+/**
+ * Where a validated authorization request goes next, from /authorize, the login form or the consent
+ * form: to the login page (no session, prompt=login, max_age passed), to the consent page (no remembered
+ * consent, prompt=consent), or back to the client with a code. And how answers go back to the client:
+ * `iss` on every one (RFC 9207, A-10), `state` echoed exactly when it was sent (A-07, A-09), any query of
+ * the registered URI kept byte for byte (A-09).
+ */
+import type { FastifyReply } from 'fastify'
+import { ConsentRequired, GatewayError, LoginRequired, ServerError } from '../../errors/oauth-errors.js'
+import { issueAuthorizationCode } from '../authorization-codes.js'
+import type { AuthServerContext } from '../context.js'
+import { hasConsent } from './consent.js'
+import { finishInteraction, startInteraction, type AuthorizationRequest } from './interaction.js'
+import { sendErrorPage, sendRedirect } from './page.js'
+import type { BrowserSession } from './session.js'
+
+/** Where the answer goes: the redirect URI, the state to echo, and whether in the fragment (IM-01). */
+export interface ResponseTarget {
+  readonly redirectUri: string
+  readonly state?: string
+  readonly fragment?: boolean
+}
+
+/** The client's redirect URI with `params`, `state` and `iss` added. */
+export function authorizationResponseUrl(ctx: AuthServerContext, target: ResponseTarget, params: Record<string, string>): string {
+  const query = new URLSearchParams(params)
+  if (target.state !== undefined) query.set('state', target.state)
+  query.set('iss', ctx.settings.issuer)
+  // Appended as text: re-serialising through URL would re-encode the registered query (A-09).
+  if (target.fragment) return `${target.redirectUri}#${query}`
+  return `${target.redirectUri}${target.redirectUri.includes('?') ? '&' : '?'}${query}`
+}
+
+/** An error after the redirect URI is trusted goes back to the client (A-07), with its description. */
+export function sendErrorRedirect(ctx: AuthServerContext, reply: FastifyReply, method: string, target: ResponseTarget,
+  error: unknown): FastifyReply {
+  const failure = error instanceof GatewayError ? error : new ServerError(error)
+  if (failure.status >= 500) reply.log.error({ err: failure.internal.cause }, 'authorization request failed')
+  else reply.log.info({ error: failure.code, reason: failure.internal.detail ?? failure.description }, 'authorization request refused')
+  return sendRedirect(reply, method, authorizationResponseUrl(ctx, target,
+    { error: failure.code, error_description: failure.description }))
+}
+
+/** The page URL of a step of an interaction. */
+export function pageUrl(ctx: AuthServerContext, page: 'login' | 'consent', interactionId: string): string {
+  return `${ctx.settings.prefix}/${page}?interaction=${encodeURIComponent(interactionId)}`
+}
+
+/**
+ * Whether this session may answer the request without a new login (A-16, OIDC Core §3.1.2.1): it must
+ * exist, postdate a prompt=login (`notBefore`, ms), and be younger than max_age.
+ */
+export function sessionSatisfies(ctx: AuthServerContext, request: AuthorizationRequest, session: BrowserSession | undefined,
+  notBefore: number | undefined): session is BrowserSession {
+  if (!session) return false
+  if (notBefore !== undefined && session.loginAt < notBefore) return false
+  if (request.maxAge !== undefined && Math.floor(ctx.now() / 1000) - session.authTime > request.maxAge) return false
+  return true
+}
+
+/** A form submitted twice, or in two tabs: the first answer stands. */
+export function sendAnsweredPage(reply: FastifyReply): FastifyReply {
+  return sendErrorPage(reply, 400, 'Request already answered',
+    'This sign-in request has already been answered. Return to the application to start again.')
+}
+
+/** Mints the code for the logged-in user and sends the success redirect (A-09). */
+export async function sendCode(ctx: AuthServerContext, reply: FastifyReply, method: string, request: AuthorizationRequest,
+  session: BrowserSession): Promise<FastifyReply> {
+  const client = ctx.clients.find(request.clientId)
+  if (!client) return sendErrorRedirect(ctx, reply, method, request, new ServerError(new Error('client removed during the interaction')))
+  const code = await issueAuthorizationCode(ctx, {
+    client,
+    redirectUri: request.redirectUri,
+    redirectUriWasSent: request.redirectUriWasSent,
+    scope: request.scope,
+    sub: session.user.sub,
+    authTime: session.authTime,
+    ...(request.nonce !== undefined && { nonce: request.nonce }),
+    ...(request.codeChallenge !== undefined && { codeChallenge: request.codeChallenge, codeChallengeMethod: 'S256' as const }),
+  })
+  return sendRedirect(reply, method, authorizationResponseUrl(ctx, request, { code }))
+}
+
+/**
+ * The next step of a validated request: login, consent, or the code. `interactionId` is the interaction
+ * already under way, if any (from the login page); `notBefore` its prompt=login instant.
+ */
+export async function continueAuthorization(ctx: AuthServerContext, reply: FastifyReply, method: string,
+  request: AuthorizationRequest, session: BrowserSession | undefined,
+  interaction: { id: string; notBefore?: number } | undefined): Promise<FastifyReply> {
+  const none = request.prompt.includes('none')
+  // max_age=0 is prompt=login (OIDC Core §3.1.2.1): whole-second auth_time could never be "older" than it.
+  const forceLogin = request.prompt.includes('login') || request.maxAge === 0
+  const notBefore = interaction ? interaction.notBefore : forceLogin ? ctx.now() : undefined
+  const start = async () => interaction?.id ?? await startInteraction(ctx, {
+    kind: 'authorize', request, ...(notBefore !== undefined && { notBefore }),
+  })
+  if (!sessionSatisfies(ctx, request, session, notBefore)) {
+    // OIDC Core §3.1.2.6: prompt=none never shows a page.
+    if (none) return sendErrorRedirect(ctx, reply, method, request, new LoginRequired())
+    return sendRedirect(reply, method, pageUrl(ctx, 'login', await start()))
+  }
+  const remembered = !request.prompt.includes('consent') && await hasConsent(ctx, session.user.sub, request.clientId, request.scope)
+  if (!remembered) {
+    if (none) return sendErrorRedirect(ctx, reply, method, request, new ConsentRequired())
+    return sendRedirect(reply, method, pageUrl(ctx, 'consent', await start()))
+  }
+  // An interaction under way is answered once, here or on the consent page, whichever comes first.
+  if (interaction && !(await finishInteraction(ctx, interaction.id))) return sendAnsweredPage(reply)
+  return sendCode(ctx, reply, method, request, session)
+}

@@ -1,0 +1,62 @@
+/**
+ * The browser login session of the embedded server: a cookie holding 256 random bits, and in the store,
+ * under the cookie's SHA-256, who logged in and when (auth_time). A copy of the store logs no one in.
+ * The cookie is HttpOnly, SameSite=Lax (a client's top-level redirect to /authorize must carry it; Strict
+ * would log the user out on every cross-site arrival), and Secure when the issuer is https.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { tokenHash } from '../../authn/token-cache.js'
+import type { AuthServerContext } from '../context.js'
+import { randomToken } from '../tokens.js'
+import type { User } from '../users.js'
+
+export const SESSION_COOKIE = 'portcullis_session'
+
+export interface BrowserSession {
+  /** The store id (SHA-256 of the cookie), also the throttling key of the browser (DV-04). */
+  readonly id: string
+  readonly user: User
+  /** Seconds since the epoch: auth_time. */
+  readonly authTime: number
+  /** Milliseconds since the epoch, for prompt=login (a login must follow the request, not share its second). */
+  readonly loginAt: number
+}
+
+interface StoredSession { sub: string; authTime: number; loginAt: number }
+
+/** The cookie's attributes; `Path` is the issuer's path, so the session reaches no other application. */
+export function cookieOptions(ctx: AuthServerContext) {
+  return {
+    path: ctx.settings.prefix === '' ? '/' : `${ctx.settings.prefix}/`,
+    httpOnly: true,
+    sameSite: 'lax' as const,
+    secure: ctx.settings.issuer.startsWith('https:'),
+  }
+}
+
+/** The logged-in session of this browser, or undefined (no cookie, unknown, expired, or its user removed). */
+export async function readSession(ctx: AuthServerContext, request: FastifyRequest): Promise<BrowserSession | undefined> {
+  const cookie = request.cookies[SESSION_COOKIE]
+  if (cookie === undefined || cookie.length > 100) return undefined
+  const id = tokenHash(cookie)
+  const stored = await ctx.store.find('session', id) as StoredSession | undefined
+  const user = stored && ctx.users.findBySub(stored.sub)
+  return stored && user ? { id, user, authTime: stored.authTime, loginAt: stored.loginAt } : undefined
+}
+
+/**
+ * A successful login: any previous session of this browser ends and a new id is issued, so an id planted
+ * before the login (session fixation) is worth nothing after it.
+ */
+export async function startSession(ctx: AuthServerContext, request: FastifyRequest, reply: FastifyReply,
+  user: User): Promise<BrowserSession> {
+  const previous = request.cookies[SESSION_COOKIE]
+  if (previous !== undefined && previous.length <= 100) await ctx.store.destroy('session', tokenHash(previous))
+  const cookie = randomToken()
+  const loginAt = ctx.now()
+  const authTime = Math.floor(loginAt / 1000)
+  const stored: StoredSession = { sub: user.sub, authTime, loginAt }
+  await ctx.store.upsert('session', tokenHash(cookie), { ...stored }, ctx.settings.sessionTtlSeconds)
+  reply.setCookie(SESSION_COOKIE, cookie, { ...cookieOptions(ctx), maxAge: ctx.settings.sessionTtlSeconds })
+  return { id: tokenHash(cookie), user, authTime, loginAt }
+}

@@ -1,0 +1,182 @@
+/**
+ * The authorization endpoint (RFC 6749 §3.1, §4.1.1; checklist §2 and IM-01), GET and form POST alike
+ * (A-01). Its steps, in order:
+ * 1. client_id and redirect_uri: until both are known good, every error is a page, never a redirect
+ *    (A-02, A-03, A-05): redirecting there would make us an open redirector (RFC 9700 §4.11.2).
+ * 2. Everything else is checked, and its errors go back to the client (A-07, A-08).
+ * 3. The validated request goes on to login, consent or the code (browser/flow.ts).
+ */
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import {
+  InvalidRequest, RequestNotSupported, RequestUriNotSupported, UnauthorizedClient, UnsupportedResponseType,
+} from '../../errors/oauth-errors.js'
+import { challengeIsWellFormed } from '../pkce.js'
+import { continueAuthorization, sendErrorRedirect, type ResponseTarget } from '../browser/flow.js'
+import type { AuthorizationRequest } from '../browser/interaction.js'
+import { sendErrorPage, sendPage, html } from '../browser/page.js'
+import { matchRedirectUri } from '../browser/redirect-uri.js'
+import { readSession } from '../browser/session.js'
+import type { AuthServerContext } from '../context.js'
+import { isForm } from '../http.js'
+import { grantScope } from '../scope.js'
+
+/** Parameters as sent: every value of every name, so a repeated one can be refused (RFC 6749 §3.1). */
+type Parameters = ReadonlyMap<string, readonly string[]>
+
+const PROMPTS = new Set(['none', 'login', 'consent'])
+/** Ample for any honest client; a longer value is refused rather than stored in a code. */
+const MAX_NONCE = 512
+const MAX_STATE = 2048
+
+function parametersOf(request: FastifyRequest): Parameters {
+  const params = new Map<string, string[]>()
+  const add = (name: string, value: unknown) => {
+    // G-06: an empty value counts as omitted.
+    if (typeof value === 'string' && value !== '') params.set(name, [...(params.get(name) ?? []), value])
+  }
+  if (request.method === 'POST') {
+    for (const [name, value] of Object.entries((request.body ?? {}) as Record<string, unknown>)) {
+      for (const item of Array.isArray(value) ? value : [value]) add(name, item)
+    }
+  } else {
+    const url = request.raw.url ?? ''
+    const q = url.indexOf('?')
+    if (q !== -1) for (const [name, value] of new URLSearchParams(url.slice(q + 1))) add(name, value)
+  }
+  return params
+}
+
+/** The single value of a parameter; a repeated one is `repeated` (invalid_request wherever it is reported). */
+function single(params: Parameters, name: string): string | undefined | { repeated: true } {
+  const values = params.get(name)
+  if (values === undefined) return undefined
+  return values.length === 1 ? values[0] : { repeated: true }
+}
+
+function one(params: Parameters, name: string): string | undefined {
+  const value = single(params, name)
+  if (typeof value === 'object') throw new InvalidRequest(`the parameter ${name} is repeated`)
+  return value
+}
+
+function errorPage(reply: FastifyReply, message: string): FastifyReply {
+  return sendErrorPage(reply, 400, 'Invalid sign-in request',
+    `${message}. The application that sent you here may be misconfigured; nothing was sent back to it.`)
+}
+
+/** Step 2: the rest of the request, checked in the order of A-08; throws what goes back to the client. */
+function validate(ctx: AuthServerContext, params: Parameters, clientId: string, redirectUri: string, wasSent: boolean,
+  state: string | undefined): AuthorizationRequest {
+  const client = ctx.clients.find(clientId)!
+  if (params.has('request')) throw new RequestNotSupported()
+  if (params.has('request_uri')) throw new RequestUriNotSupported()
+  const responseType = one(params, 'response_type')
+  if (responseType === undefined) throw new InvalidRequest('response_type is required')
+  // IM-01, OAuth 2.1 §10.1: only the code flow; no token ever travels in the front channel (A-11).
+  if (responseType !== 'code') throw new UnsupportedResponseType(`response_type ${JSON.stringify(responseType.slice(0, 50))} is not supported`)
+  const responseMode = one(params, 'response_mode')
+  if (responseMode !== undefined && responseMode !== 'query') throw new InvalidRequest('response_mode must be query')
+  if (!client.grantTypes.has('authorization_code')) throw new UnauthorizedClient(`client ${clientId} may not use authorization_code`)
+  // The seed: state is always used against CSRF; a client may opt out (require_state: false).
+  if (state === undefined && client.requireState) throw new InvalidRequest('state is required')
+  const scope = grantScope(one(params, 'scope'), client.scopes)
+  // PKCE (A-08, PK-01, PK-06): S256 only; a challenge without a method would be plain (RFC 7636 §4.3).
+  const codeChallenge = one(params, 'code_challenge')
+  const method = one(params, 'code_challenge_method')
+  if (codeChallenge === undefined) {
+    if (method !== undefined) throw new InvalidRequest('code_challenge_method without code_challenge')
+    if (client.requirePkce) throw new InvalidRequest('code_challenge is required (PKCE with S256)')
+  } else {
+    if (method !== 'S256') throw new InvalidRequest('code_challenge_method must be S256')
+    if (!challengeIsWellFormed(codeChallenge)) throw new InvalidRequest('malformed code_challenge')
+  }
+  const nonce = one(params, 'nonce')
+  if (nonce !== undefined && nonce.length > MAX_NONCE) throw new InvalidRequest('nonce is too long')
+  const maxAgeText = one(params, 'max_age')
+  if (maxAgeText !== undefined && !/^\d{1,10}$/.test(maxAgeText)) throw new InvalidRequest('max_age must be a number of seconds')
+  const prompt = [...new Set((one(params, 'prompt') ?? '').split(' ').filter((item) => item !== ''))]
+  const unknown = prompt.filter((item) => !PROMPTS.has(item))
+  if (unknown.length > 0) throw new InvalidRequest(`unsupported prompt ${unknown.join(' ').slice(0, 50)}`)
+  // OIDC Core §3.1.2.1: none with anything else is an error.
+  if (prompt.includes('none') && prompt.length > 1) throw new InvalidRequest('prompt=none cannot be combined with other values')
+  return {
+    clientId,
+    redirectUri,
+    redirectUriWasSent: wasSent,
+    ...(state !== undefined && { state }),
+    scope,
+    ...(nonce !== undefined && { nonce }),
+    ...(codeChallenge !== undefined && { codeChallenge, codeChallengeMethod: 'S256' as const }),
+    ...(maxAgeText !== undefined && { maxAge: Number(maxAgeText) }),
+    prompt,
+  }
+}
+
+async function authorize(ctx: AuthServerContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const params = parametersOf(request)
+  // Step 1 (A-02, A-03, A-05): pages only.
+  const clientId = single(params, 'client_id')
+  if (typeof clientId === 'object') return errorPage(reply, 'The client_id parameter is repeated')
+  const client = clientId === undefined ? undefined : ctx.clients.find(clientId)
+  if (clientId === undefined || !client) return errorPage(reply, 'The application is not registered here')
+  const presented = single(params, 'redirect_uri')
+  if (typeof presented === 'object') return errorPage(reply, 'The redirect_uri parameter is repeated')
+  const redirect = matchRedirectUri(client, presented)
+  if (!redirect.ok) {
+    request.log.info({ clientId, reason: redirect.reason }, 'authorization request refused with an error page')
+    return errorPage(reply, 'The address to return to is not registered for this application')
+  }
+  // Step 2: from here on the client hears of every error, with its state and our iss (A-07, A-10).
+  const stateValue = single(params, 'state')
+  const state = typeof stateValue === 'string' && stateValue.length <= MAX_STATE ? stateValue : undefined
+  const responseType = single(params, 'response_type')
+  const target: ResponseTarget = {
+    redirectUri: redirect.redirectUri,
+    ...(state !== undefined && { state }),
+    // IM-01 [DECISION]: a token-bearing response type's default mode is the fragment, so its refusal goes there.
+    fragment: typeof responseType === 'string' && /(^| )(token|id_token)( |$)/.test(responseType),
+  }
+  let validated: AuthorizationRequest
+  try {
+    if (typeof stateValue === 'object') throw new InvalidRequest('the parameter state is repeated')
+    if (stateValue !== undefined && state === undefined) throw new InvalidRequest('state is too long')
+    validated = validate(ctx, params, clientId, redirect.redirectUri, redirect.wasSent, state)
+  } catch (error) {
+    return sendErrorRedirect(ctx, reply, request.method, target, error)
+  }
+  // Step 3.
+  try {
+    return await continueAuthorization(ctx, reply, request.method, validated, await readSession(ctx, request), undefined)
+  } catch (error) {
+    return sendErrorRedirect(ctx, reply, request.method, target, error)
+  }
+}
+
+/** Mounts GET and POST `${prefix}/authorize`; returns its path. */
+export function registerAuthorize(app: FastifyInstance, ctx: AuthServerContext): string[] {
+  const path = `${ctx.settings.prefix}/authorize`
+  app.route({
+    method: ['GET', 'POST'],
+    url: path,
+    // A POST body that is not a form, or cannot be read: nothing in it can be trusted, so a page.
+    errorHandler: (error: FastifyError, request, reply) => {
+      request.log.info({ err: error }, 'unreadable authorization request')
+      return errorPage(reply, 'The request could not be read')
+    },
+    onRequest: async (request, reply) => {
+      if (request.method === 'POST' && !isForm(request.headers['content-type'])) {
+        return errorPage(reply, 'The request must be a form (application/x-www-form-urlencoded)')
+      }
+      return undefined
+    },
+    handler: (request, reply) => authorize(ctx, request, reply),
+  })
+  app.route({
+    method: ['PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+    url: path,
+    handler: (_request, reply) => sendPage(reply.header('allow', 'GET, HEAD, POST'), {
+      status: 405, title: 'Method not allowed', body: html`<p>Use GET or POST.</p>`,
+    }),
+  })
+  return [path]
+}

@@ -1,0 +1,113 @@
+/**
+ * The login page (checklist A-14..A-16): a form for username and password, reached from /authorize or
+ * /device with an interaction id. A failed login says the same for an unknown user and a wrong password,
+ * in the same time (UserDirectory.verify), and counts against the username and the address in the same
+ * throttle as the token endpoint (CA-09, PW-04); past the limit the form answers 429 with a lockout
+ * message. A success starts a new session (browser/session.ts) and continues the interaction.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { TooManyAttempts } from '../../errors/oauth-errors.js'
+import { continueAuthorization } from '../browser/flow.js'
+import { findInteraction, finishInteraction, type Interaction } from '../browser/interaction.js'
+import { csrfField, html, pageErrorHandler, sendErrorPage, sendPage, sendRedirect } from '../browser/page.js'
+import { startSession } from '../browser/session.js'
+import type { AuthServerContext } from '../context.js'
+import { parseForm } from '../http.js'
+
+/** Longer than any configured username can be (the schema allows 255). */
+const MAX_USERNAME = 255
+const MAX_PASSWORD = 1024
+
+export interface LoginPageOptions {
+  readonly status?: number
+  readonly error?: string
+  readonly username?: string
+}
+
+/** Who the user is signing in for, in words. */
+function purpose(ctx: AuthServerContext, interaction: Interaction): string {
+  if (interaction.kind === 'device') return 'Sign in to connect a device.'
+  const client = ctx.clients.find(interaction.request.clientId)
+  return `Sign in to continue to ${client?.name ?? interaction.request.clientId}.`
+}
+
+/** The form; /device shows it too, for a visitor who is not logged in. */
+export function sendLoginPage(ctx: AuthServerContext, reply: FastifyReply, interactionId: string, interaction: Interaction,
+  options: LoginPageOptions = {}): FastifyReply {
+  const body = html`<p>${purpose(ctx, interaction)}</p>
+${options.error !== undefined && html`<p role="alert" class="alert" id="login-error">${options.error}</p>`}
+<form method="post" action="${ctx.settings.prefix}/login">
+${csrfField(reply.generateCsrf())}
+<input type="hidden" name="interaction" value="${interactionId}">
+<label for="username">Username</label>
+<input type="text" id="username" name="username" autocomplete="username" autocapitalize="none" spellcheck="false" required
+ ${options.username === undefined ? html`autofocus` : html`value="${options.username}"`}
+ ${options.error !== undefined && html`aria-describedby="login-error"`}>
+<label for="password">Password</label>
+<input type="password" id="password" name="password" autocomplete="current-password" required
+ ${options.username !== undefined && html`autofocus`}>
+<div class="actions"><button type="submit">Sign in</button></div>
+</form>`
+  return sendPage(reply, { status: options.status ?? 200, title: 'Sign in', body })
+}
+
+function expiredPage(reply: FastifyReply): FastifyReply {
+  return sendErrorPage(reply, 400, 'Sign-in expired',
+    'This sign-in request is unknown or has expired. Return to the application or device and start again.')
+}
+
+async function login(ctx: AuthServerContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  const form = parseForm(request.body)
+  const interactionId = form.get('interaction')
+  const interaction = await findInteraction(ctx, interactionId)
+  if (!interaction || interactionId === undefined) return expiredPage(reply)
+  const username = (form.get('username') ?? '').slice(0, MAX_USERNAME)
+  const password = form.get('password') ?? ''
+  if (username === '' || password === '' || password.length > MAX_PASSWORD) {
+    return sendLoginPage(ctx, reply, interactionId, interaction, { status: 400, error: 'Enter your username and password.', username })
+  }
+  const keys = [`user:${username}`, `ip:${request.ip}`]
+  try {
+    await ctx.throttle.check(keys)
+  } catch (error) {
+    if (!(error instanceof TooManyAttempts)) throw error
+    request.log.warn({ reason: error.internal.detail }, 'login throttled')
+    const minutes = Math.ceil(error.retryAfterSeconds / 60)
+    reply.header('retry-after', String(error.retryAfterSeconds))
+    return sendLoginPage(ctx, reply, interactionId, interaction, {
+      status: 429, username,
+      error: `Too many failed sign-in attempts. Try again in ${minutes} minute${minutes === 1 ? '' : 's'}.`,
+    })
+  }
+  const user = await ctx.users.verify(username, password)
+  if (!user) {
+    await ctx.throttle.fail(keys)
+    request.log.info({ username: username.slice(0, 64) }, 'login failed')
+    // One message for an unknown user and a wrong password: no enumeration.
+    return sendLoginPage(ctx, reply, interactionId, interaction, { status: 401, error: 'Wrong username or password.', username })
+  }
+  const session = await startSession(ctx, request, reply, user)
+  request.log.info({ sub: user.sub }, 'login succeeded')
+  if (interaction.kind === 'device') {
+    await finishInteraction(ctx, interactionId)
+    const query = interaction.userCode !== undefined ? `?user_code=${encodeURIComponent(interaction.userCode)}` : ''
+    return sendRedirect(reply, 'POST', `${ctx.settings.prefix}/device${query}`)
+  }
+  return continueAuthorization(ctx, reply, 'POST', interaction.request, session,
+    { id: interactionId, ...(interaction.notBefore !== undefined && { notBefore: interaction.notBefore }) })
+}
+
+/** Mounts GET and POST `${prefix}/login`; returns its path. */
+export function registerLogin(app: FastifyInstance, ctx: AuthServerContext): string[] {
+  const path = `${ctx.settings.prefix}/login`
+  app.get(path, { errorHandler: pageErrorHandler }, async (request, reply) => {
+    const interactionId = (request.query as Record<string, unknown>).interaction
+    const id = typeof interactionId === 'string' ? interactionId : undefined
+    const interaction = await findInteraction(ctx, id)
+    if (!interaction || id === undefined) return expiredPage(reply)
+    return sendLoginPage(ctx, reply, id, interaction)
+  })
+  app.post(path, { errorHandler: pageErrorHandler, preHandler: app.csrfProtection },
+    (request, reply) => login(ctx, request, reply))
+  return [path]
+}
