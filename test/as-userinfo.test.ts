@@ -94,6 +94,22 @@ describe('/userinfo', () => {
     expect(put.headers.get('allow')).toBe('GET, HEAD, POST')
   })
 
+  it('G-12 a browser app may call userinfo cross-origin: a CORS preflight, and Access-Control-Allow-Origin on answers', async () => {
+    const preflight = await fetch(`${gateway.url}/userinfo`, {
+      method: 'OPTIONS',
+      headers: { origin: 'https://app.example.com', 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' },
+    })
+    expect(preflight.status).toBe(204)
+    expect(preflight.headers.get('access-control-allow-origin')).toBe('*')
+    expect(preflight.headers.get('access-control-allow-methods')).toBe('GET, HEAD, POST')
+    expect(preflight.headers.get('access-control-allow-headers')).toContain('authorization')
+    const refused = await userinfo({})
+    expect(refused.status).toBe(401)
+    expect(refused.headers.get('access-control-allow-origin')).toBe('*')
+    // The challenge must be readable by the app's script to know why.
+    expect(refused.headers.get('access-control-expose-headers')).toContain('www-authenticate')
+  })
+
   it('UI-02 answers 401 with a bare Bearer challenge when no token is sent', async () => {
     for (const init of [{}, { method: 'POST' }, form({}), { headers: { authorization: 'Basic Zm9vOmJhcg==' } }]) {
       const res = await userinfo(init)

@@ -503,6 +503,21 @@ describe('authorization_server', () => {
     }
   })
 
+  it('A-13 refuses an authorization_code.ttl over 10 minutes (or under a second), accepts 10m', () => {
+    const text = (ttl: string) => `${base('https://auth.example.com')}  authorization_code:\n    ttl: ${ttl}\n`
+    expect(() => loadConfig('as.yaml', text('11m'), {})).toThrow(/authorization_server\.authorization_code\.ttl: must be between 1s and 10m/)
+    expect(() => loadConfig('as.yaml', text('500ms'), {})).toThrow(/authorization_code\.ttl/)
+    expect(() => loadConfig('as.yaml', text('10m'), {})).not.toThrow()
+  })
+
+  it('ID-02 refuses an id_token_signed_response_alg the server has no key for (neither RS256 nor signing.algorithm)', () => {
+    const text = (alg: string, signing = 'ES256') => `${base('https://auth.example.com')}  signing:\n    algorithm: ${signing}\n  clients:\n    - client_id: web\n      token_endpoint_auth_method: none\n      grant_types: [authorization_code]\n      redirect_uris: ["https://app.example.com/cb"]\n      scopes: [openid]\n      id_token_signed_response_alg: ${alg}\n`
+    expect(() => loadConfig('as.yaml', text('EdDSA'), {})).toThrow(/clients\[0\]\.id_token_signed_response_alg: no signing key for EdDSA/)
+    for (const [alg, signing] of [['RS256', 'ES256'], ['ES256', 'ES256'], ['EdDSA', 'EdDSA']] as const) {
+      expect(() => loadConfig('as.yaml', text(alg, signing), {}), alg).not.toThrow()
+    }
+  })
+
   it('CC-04 refuses a user whose subject equals a client_id, and a public client with client_credentials', () => {
     const text = `${base('https://auth.example.com')}  clients:\n    - client_id: alice\n      token_endpoint_auth_method: none\n      grant_types: [client_credentials]\n      scopes: []\n  users:\n    - username: alice\n      password: "pw"\n`
     const error = (() => { try { loadConfig('as.yaml', text, {}); return undefined } catch (e) { return e as Error } })()

@@ -2,6 +2,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { ClientConfig, GrantType } from '../config/schema.js'
 import { verifySecret } from '../crypto/secret-hash.js'
+import type { SigningAlgorithm } from './context.js'
 
 export type ClientAuthMethod = 'client_secret_basic' | 'client_secret_post' | 'none'
 
@@ -16,6 +17,8 @@ export interface RegisteredClient {
   readonly requireState: boolean
   readonly requirePkce: boolean
   readonly firstParty: boolean
+  /** `id_token_signed_response_alg`: RS256 when omitted (OIDC Registration §2), as strict clients assume. */
+  readonly idTokenAlg: SigningAlgorithm
   /** Compares a presented secret with the registered one (plain from ${ENV}, or an scrypt hash). */
   verifySecret(secret: string): Promise<boolean>
 }
@@ -45,6 +48,7 @@ function register(config: ClientConfig): RegisteredClient {
     requireState: config.require_state ?? true,
     requirePkce: authMethod === 'none' ? true : config.require_pkce ?? true,
     firstParty: config.first_party ?? false,
+    idTokenAlg: config.id_token_signed_response_alg ?? 'RS256',
     verifySecret: async (secret) => {
       if (config.client_secret_hash !== undefined) {
         const digest = sha256(secret)

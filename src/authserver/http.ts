@@ -69,21 +69,24 @@ export function sendOAuthError(reply: FastifyReply, error: unknown, issuer: stri
  */
 export function refuseOtherMethods(app: FastifyInstance, path: string, allowed: readonly string[], issuer: string,
   options: { cors?: boolean } = {}): void {
-  if (options.cors) {
-    app.options(path, (_request, reply) => reply.code(204)
-      .header('allow', [...allowed, 'OPTIONS'].join(', '))
-      .header('access-control-allow-origin', '*')
-      .header('access-control-allow-methods', allowed.join(', '))
-      .header('access-control-allow-headers', 'authorization, content-type, dpop')
-      .header('access-control-max-age', '86400')
-      .send())
-  }
+  if (options.cors) app.options(path, (_request, reply) => sendCorsPreflight(reply, allowed))
   const others = ['GET', 'HEAD', 'PUT', 'PATCH', 'DELETE', ...(options.cors ? [] : ['OPTIONS'])].filter((method) => !allowed.includes(method))
   app.route({
     method: others as ('GET' | 'HEAD' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS')[],
     url: path,
     handler: (_request, reply) => sendOAuthError(reply, new MethodNotAllowed(allowed), issuer),
   })
+}
+
+/** A CORS preflight answer (G-12) for an endpoint browser apps call with a Bearer token or a form. */
+export function sendCorsPreflight(reply: FastifyReply, allowed: readonly string[]): FastifyReply {
+  return reply.code(204)
+    .header('allow', [...allowed, 'OPTIONS'].join(', '))
+    .header('access-control-allow-origin', '*')
+    .header('access-control-allow-methods', allowed.join(', '))
+    .header('access-control-allow-headers', 'authorization, content-type, dpop')
+    .header('access-control-max-age', '86400')
+    .send()
 }
 
 /** G-05: the media type must be a form, with or without parameters such as `;charset=UTF-8`. */

@@ -119,10 +119,12 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       cookieOpts: cookieOptions(ctx),
       getToken: (request) => (request.body as Record<string, unknown> | undefined)?._csrf as string | undefined,
     })
-    // G-12: browser apps may call the token and revocation endpoints cross-origin; never /authorize or /device.
-    const corsPaths = new Set([`${settings.prefix}/token`, `${settings.prefix}/revoke`])
+    // G-12: browser apps may call the token, revocation and userinfo endpoints cross-origin; never the pages.
+    const corsPaths = new Set([`${settings.prefix}/token`, `${settings.prefix}/revoke`, `${settings.prefix}/userinfo`])
     scope.addHook('onSend', async (request, reply) => {
-      if (corsPaths.has(request.routeOptions.url ?? '')) reply.header('access-control-allow-origin', '*')
+      if (corsPaths.has(request.routeOptions.url ?? '')) {
+        reply.header('access-control-allow-origin', '*').header('access-control-expose-headers', 'www-authenticate, retry-after')
+      }
     })
     paths.push(
       ...registerTokenEndpoint(scope, ctx, createGrantMap()),

@@ -63,6 +63,7 @@ export interface TokenResponseBody {
   expires_in: number
   scope: string
   refresh_token?: string
+  /** ID-01: only when the granted scope holds openid (id-token.ts). */
   id_token?: string
 }
 

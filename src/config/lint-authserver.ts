@@ -35,8 +35,14 @@ function authMethod(client: ClientConfig): string {
   return client.token_endpoint_auth_method ?? (client.client_secret !== undefined || client.client_secret_hash !== undefined ? 'client_secret_basic' : 'none')
 }
 
-function lintClient(client: ClientConfig, at: Array<string | number>, problems: LintProblem[]): void {
+function lintClient(client: ClientConfig, at: Array<string | number>, problems: LintProblem[], signingAlgorithm: string): void {
   const method = authMethod(client)
+  // The server keeps keys for signing.algorithm and RS256 only (keys.ts): an ID token in any other alg cannot be signed.
+  const idTokenAlg = client.id_token_signed_response_alg
+  if (idTokenAlg !== undefined && idTokenAlg !== 'RS256' && idTokenAlg !== signingAlgorithm) {
+    problems.push({ path: [...at, 'id_token_signed_response_alg'],
+      message: `no signing key for ${idTokenAlg}: use RS256 or the access-token algorithm signing.algorithm (${signingAlgorithm})` })
+  }
   const secrets = [client.client_secret, client.client_secret_hash].filter((value) => value !== undefined).length
   if (method === 'none' && secrets > 0) problems.push({ path: at, message: 'a public client (token_endpoint_auth_method: none) has no secret' })
   if (method !== 'none' && secrets !== 1) problems.push({ path: at, message: 'a confidential client needs exactly one of client_secret or client_secret_hash' })
@@ -83,7 +89,7 @@ export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
     const at = [...base, 'clients', index]
     if (clientIds.has(client.client_id)) problems.push({ path: [...at, 'client_id'], message: `duplicate client_id (also clients[${clientIds.get(client.client_id)}])` })
     clientIds.set(client.client_id, index)
-    lintClient(client, at, problems)
+    lintClient(client, at, problems, as.signing?.algorithm ?? 'ES256')
   })
   const usernames = new Map<string, number>()
   ;(as.users ?? []).forEach((user, index) => {

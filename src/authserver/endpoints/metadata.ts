@@ -6,6 +6,7 @@
  */
 import type { FastifyInstance } from 'fastify'
 import { GRANT_TYPES, type GrantType } from '../../config/schema.js'
+import { claimsSupported } from '../claims.js'
 import type { AuthServerContext } from '../context.js'
 import { servePublicDocument } from './public-document.js'
 
@@ -17,7 +18,7 @@ import { servePublicDocument } from './public-document.js'
  *   code_challenge_methods_supported and authorization_response_iss_parameter_supported (RFC 9207);
  * - `userinfo`: userinfo_endpoint;
  * - `device_authorization`: device_authorization_endpoint (RFC 8628);
- * - `id_token`: ID tokens are issued (OpenID Connect): id_token_signing_alg_values_supported;
+ * - `id_token`: ID tokens are issued (OpenID Connect): id_token_signing_alg_values_supported, claims_supported;
  * - `grant:<grant_type>` (e.g. `grant:client_credentials`): that grant, in grant_types_supported; `password`
  *   is listed only if, besides, some client is registered for it (checklist PW-01).
  */
@@ -60,8 +61,11 @@ function metadataDocument(ctx: AuthServerContext, { implemented }: ImplementedEn
     // RFC 9700 §2.1.1: how clients find out PKCE is supported.
     ...(authorization && { code_challenge_methods_supported: ['S256'] }),
     subject_types_supported: ['public'],
-    // OIDC Discovery §3: RS256 MUST be listed; without this member o4w accepts RS256 ID tokens only.
+    // OIDC Discovery §3: RS256 MUST be listed; without this member o4w accepts RS256 ID tokens only. These
+    // are exactly the algs keys.ts holds keys for, so every alg a client can be given (id-token.ts).
     ...(has('id_token') && { id_token_signing_alg_values_supported: [...new Set([settings.algorithm, 'RS256'])] }),
+    // OIDC Discovery §3 (RECOMMENDED): the ID token's claims and the standard claims /userinfo releases.
+    ...(has('id_token') && { claims_supported: claimsSupported() }),
     ...(authorization && { authorization_response_iss_parameter_supported: true }),
   }
 }

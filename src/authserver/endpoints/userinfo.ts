@@ -12,20 +12,12 @@ import {
 } from '../../errors/oauth-errors.js'
 import { challengeFor } from '../../errors/render.js'
 import type { AuthServerContext } from '../context.js'
-import { noStore, parseForm } from '../http.js'
+import { noStore, parseForm, sendCorsPreflight } from '../http.js'
+import { SCOPE_CLAIMS } from '../claims.js'
 import { findAccessToken } from '../token-lookup.js'
 
 /** Our tokens are far smaller; anything larger is not one of them. */
 const MAX_TOKEN_SIZE = 16 * 1024
-
-/** OIDC Core §5.4: the standard claims each scope asks for. */
-const SCOPE_CLAIMS: Readonly<Record<string, readonly string[]>> = {
-  profile: ['name', 'family_name', 'given_name', 'middle_name', 'nickname', 'preferred_username', 'profile', 'picture',
-    'website', 'gender', 'birthdate', 'zoneinfo', 'locale', 'updated_at'],
-  email: ['email', 'email_verified'],
-  address: ['address'],
-  phone: ['phone_number', 'phone_number_verified'],
-}
 
 const ALLOWED = ['GET', 'HEAD', 'POST'] as const
 
@@ -87,8 +79,10 @@ export function registerUserinfo(app: FastifyInstance, ctx: AuthServerContext): 
       }
     },
   })
+  // A single-page app reads userinfo cross-origin with its Bearer token: no cookies, so `*` is safe.
+  app.options(path, (_request, reply) => sendCorsPreflight(reply, ALLOWED))
   app.route({
-    method: ['PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+    method: ['PUT', 'PATCH', 'DELETE'],
     url: path,
     handler: (_request, reply) => sendUserinfoError(reply, new MethodNotAllowed(ALLOWED), issuer),
   })

@@ -11,6 +11,7 @@ import {
 } from '../authorization-codes.js'
 import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
+import { withIdToken } from '../id-token.js'
 import { verifierIsWellFormed, verifyPkce } from '../pkce.js'
 import { revokeGrant } from '../revoke-grant.js'
 import type { GrantHandler } from './grant.js'
@@ -77,10 +78,10 @@ export const authorizationCodeGrant: GrantHandler = {
     const refreshable = client.grantTypes.has('refresh_token')
     const grant = await ctx.tokens.startGrant(client, code.sub, code.scope, code.authTime, refreshable)
     await linkGrant(ctx, id, code, grant.grantId)
-    // AC-09: a refresh token only for a client registered for refresh_token (respond checks), scope as granted.
-    const body = await ctx.tokens.respond(client, grant, code.scope, true, audience)
-    // TODO(ID-01, ID-03, RT-07): with `openid` in code.scope, add the id_token here (nonce = code.nonce,
-    // auth_time = code.authTime, at_hash of body.access_token); refresh re-issues it per RT-07.
+    // AC-09: a refresh token only for a client registered for refresh_token (respond checks), scope as
+    // granted, and an ID token when that scope holds openid, with the authorization request's nonce (ID-03).
+    const body = await withIdToken(ctx, { client, grant, scope: code.scope, nonce: code.nonce },
+      await ctx.tokens.respond(client, grant, code.scope, true, audience))
     // A replay that ran before linkGrant could not find the grant: it left a mark instead (AC-06). The
     // response still goes out (AC-08: one success), but its tokens are already dead.
     if (await wasReplayed(ctx, id)) await revokeGrant(ctx, grant.grantId, 'authorization code replayed during its redemption')

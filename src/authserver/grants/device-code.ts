@@ -11,6 +11,7 @@ import { AccessDenied, AuthorizationPending, ExpiredToken, InvalidGrant, Invalid
 import {
   DEVICE_CODE_GRANT_TYPE, SLOW_DOWN_STEP_SECONDS, findDeviceCode, linkGrant, recordPoll, redeemDeviceCode, type DeviceCodeRecord,
 } from '../device.js'
+import { withIdToken } from '../id-token.js'
 import { revokeGrant } from '../revoke-grant.js'
 import type { TokenResponseBody } from '../tokens.js'
 import type { GrantHandler } from './grant.js'
@@ -32,7 +33,9 @@ async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: 
   // Of parallel polls, the atomic consume lets exactly one through.
   if (!(await redeemDeviceCode(ctx, record))) throw new InvalidGrant('device_code already being redeemed')
   const grant = await ctx.tokens.startGrant(client, record.sub, record.scope, record.authTime, client.grantTypes.has('refresh_token'))
-  const body = await ctx.tokens.respond(client, grant, record.scope, true, audience)
+  // ID-01: an ID token when openid was approved; auth_time is the approving login's, and there is no nonce.
+  const body = await withIdToken(ctx, { client, grant, scope: record.scope },
+    await ctx.tokens.respond(client, grant, record.scope, true, audience))
   await linkGrant(ctx, record, grant.grantId)
   return body
 }

@@ -4,6 +4,7 @@
  * throttled per username and per source address (PW-04, the same Throttle as client authentication).
  */
 import { InvalidGrant, InvalidRequest, UnauthorizedClient } from '../../errors/oauth-errors.js'
+import { withIdToken } from '../id-token.js'
 import { grantScope } from '../scope.js'
 import type { GrantHandler } from './grant.js'
 
@@ -28,6 +29,7 @@ export const passwordGrant: GrantHandler = {
     }
     // The user authenticated just now: that is the grant's auth_time.
     const grant = await ctx.tokens.startGrant(client, user.sub, scope, Math.floor(ctx.now() / 1000))
-    return ctx.tokens.respond(client, grant, scope, true, audience)
+    // ID-01: an ID token when openid is granted, without nonce (there was no authorization request).
+    return withIdToken(ctx, { client, grant, scope }, await ctx.tokens.respond(client, grant, scope, true, audience))
   },
 }

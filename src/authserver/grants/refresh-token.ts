@@ -2,10 +2,11 @@
  * grant_type=refresh_token (checklist §3.3): rotation on every use (RT-03), reuse of a rotated token
  * revokes the whole grant (RT-04), parallel refreshes → one success (RT-05, an atomic consume), scope
  * may narrow but never widen and the new refresh token keeps the grant's scope (RT-06), and the
- * grant's absolute lifetime is never extended (RT-08).
+ * grant's absolute lifetime is never extended (RT-08). With openid still in scope, a new ID token (RT-07).
  */
 import { tokenHash } from '../../authn/token-cache.js'
 import { InvalidGrant, InvalidRequest } from '../../errors/oauth-errors.js'
+import { withIdToken } from '../id-token.js'
 import { revokeGrant } from '../revoke-grant.js'
 import { grantScope } from '../scope.js'
 import type { GrantRecord, StoredRefreshToken } from '../tokens.js'
@@ -54,6 +55,9 @@ export const refreshTokenGrant: GrantHandler = {
       await revokeGrant(ctx, grant.grantId, 'revoked during rotation')
       throw new InvalidGrant('the grant was revoked')
     }
-    return { access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: scope.join(' '), refresh_token: refreshToken }
+    // RT-07: an ID token when the narrowed scope still holds openid; the grant keeps sub and auth_time, and
+    // there is no nonce (that belonged to the authorization request, OIDC Core §12.2).
+    return withIdToken(ctx, { client, grant, scope },
+      { access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: scope.join(' '), refresh_token: refreshToken })
   },
 }

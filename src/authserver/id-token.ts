@@ -1,0 +1,77 @@
+/**
+ * OpenID Connect ID tokens at the token endpoint (checklist §9.2 ID-01..ID-04, RT-07): added to the
+ * response of a grant that has a user (authorization_code, refresh_token, device_code, password) whenever
+ * the scope granted in that response holds `openid`. client_credentials never calls this (CC-03).
+ *
+ * The token is minimal: who (sub), for whom (aud, azp), by whom (iss), when (iat, exp, auth_time), the
+ * request's nonce, and at_hash. The user's profile claims are served by /userinfo only — OIDC Core §5.4
+ * puts scope-requested claims there when an access token is issued — so a copy of the ID token (in logs, in
+ * browser storage) never carries more about the user than their subject.
+ */
+import { createHash } from 'node:crypto'
+import { SignJWT } from 'jose'
+import type { RegisteredClient } from './clients.js'
+import type { AuthServerContext, SigningAlgorithm } from './context.js'
+import type { GrantRecord, TokenResponseBody } from './tokens.js'
+
+const OPENID = 'openid'
+
+export interface IdTokenRequest {
+  readonly client: RegisteredClient
+  /** The grant the response belongs to: its sub and authTime are the ID token's, on every refresh too (RT-07). */
+  readonly grant: GrantRecord
+  /** The scope granted in this response; a refresh narrowed to exclude `openid` gets no ID token (RT-07). */
+  readonly scope: readonly string[]
+  /** The authorization request's nonce, exactly as sent (ID-03); never repeated on a refresh (RT-07). */
+  readonly nonce?: string | undefined
+}
+
+/**
+ * OIDC Core §3.1.3.6: base64url of the left half of the access token's hash, with the hash of the alg
+ * header. RS256 and ES256 use SHA-256; EdDSA here is always Ed25519 (keys.ts), which signs with SHA-512.
+ */
+export function accessTokenHash(accessToken: string, alg: SigningAlgorithm): string {
+  const digest = createHash(alg === 'EdDSA' ? 'sha512' : 'sha256').update(accessToken, 'ascii').digest()
+  return digest.subarray(0, digest.length / 2).toString('base64url')
+}
+
+/**
+ * The client's registered alg when the server holds keys for it: the access-token algorithm and RS256
+ * (keys.ts). `portcullis check` is to refuse any other; should one get through, RS256 (the alg every OIDC
+ * client accepts without registration) beats an error on every login.
+ */
+function signingAlgorithm(ctx: AuthServerContext, client: RegisteredClient): SigningAlgorithm {
+  if (client.idTokenAlg === 'RS256' || client.idTokenAlg === ctx.settings.algorithm) return client.idTokenAlg
+  ctx.log.warn({ clientId: client.clientId, alg: client.idTokenAlg }, 'no signing key for the client\'s id_token_signed_response_alg; signing its ID token with RS256')
+  return 'RS256'
+}
+
+/** Signs the ID token that goes beside `accessToken`. */
+export async function issueIdToken(ctx: AuthServerContext, request: IdTokenRequest, accessToken: string): Promise<string> {
+  const { client, grant, nonce } = request
+  const key = ctx.keys.current(signingAlgorithm(ctx, client))
+  const iat = Math.floor(ctx.now() / 1000)
+  return new SignJWT({
+    // OIDC Core §2 makes azp optional beside a single aud; it names the client outright, whatever the verifier.
+    azp: client.clientId,
+    ...(grant.authTime !== undefined && { auth_time: grant.authTime }),
+    ...(nonce !== undefined && { nonce }),
+    at_hash: accessTokenHash(accessToken, key.alg),
+  })
+    // ID-02: typ JWT, so no resource server mistakes it for an RFC 9068 access token (AT-06).
+    .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'JWT' })
+    .setIssuer(ctx.settings.issuer)
+    .setSubject(grant.sub)
+    .setAudience(client.clientId)
+    .setIssuedAt(iat)
+    // The access-token TTL: a rotated-out key stays published that long after its successor starts
+    // signing (keyRetirementSeconds), so an ID token never outlives the key that verifies it.
+    .setExpirationTime(iat + ctx.settings.accessTokenTtlSeconds)
+    .sign(key.privateKey)
+}
+
+/** ID-01: `body` with an `id_token` when `openid` is in the granted scope, else `body` unchanged. */
+export async function withIdToken(ctx: AuthServerContext, request: IdTokenRequest, body: TokenResponseBody): Promise<TokenResponseBody> {
+  if (!request.scope.includes(OPENID)) return body
+  return { ...body, id_token: await issueIdToken(ctx, request, body.access_token) }
+}
