@@ -1,8 +1,9 @@
 /**
  * grant_type=authorization_code with PKCE (checklist §3.1 AC, §3.2 PK, A-12, A-13) against the real
- * gateway and embedded server on loopback. /authorize is not built yet, so codes come from
- * issueAuthorizationCode — the function /authorize will call — run on the live server's own context
- * (`app.authServer.ctx`); everything after that is HTTP.
+ * gateway and embedded server on loopback. Codes come from issueAuthorizationCode — the function
+ * /authorize calls once the user has consented — run on the live server's own context
+ * (`app.authServer.ctx`), so each test sets the bindings it redeems against; everything after that is
+ * HTTP. The same grant reached through /authorize and the pages is in as-authorize.test.ts.
  */
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -15,18 +16,16 @@ import type { AuthServerContext } from '../src/authserver/context.js'
 import { authorizationCodeGrant } from '../src/authserver/grants/authorization-code.js'
 import { s256 } from '../src/authserver/pkce.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
-import { ALICE, basic, callApi, postForm, refresh, type OAuthResponse } from './support/authserver.js'
+import { ALICE, R1, TV1, TV2, basic, callApi, postForm, refresh, type OAuthResponse } from './support/authserver.js'
 import { testClock } from './support/clock.js'
 
 type Gateway = RunningGateway & { issuer: string }
 
-const R1 = 'https://app.example.com/callback'
 const R2 = 'https://app.example.com/cb2'
 const NATIVE = 'http://127.0.0.1/cb'
 // TV-2 (OAuth 2.1 draft-15 §4.1.1): the pair every code below is issued with unless a test says otherwise.
-const VERIFIER = '3641a2d12d66101249cdf7a79c000c1f8c05d2aafcf14bf146497bed'
-const CHALLENGE = '6fdkQaPm51l13DSukcAH3Mdx7_ntecHYd1vi3n0hMZY'
-const OTHER_VERIFIER = 'dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk'  // TV-1's
+const { verifier: VERIFIER, challenge: CHALLENGE } = TV2
+const OTHER_VERIFIER = TV1.verifier
 
 interface Caller { client_id: string; client_secret?: string; auth: 'basic' | 'post' | 'none' }
 const CONF_BASIC: Caller = { client_id: 'conf-basic', client_secret: 'conf-basic-secret-0123456789', auth: 'basic' }
@@ -72,7 +71,7 @@ function contextOf(gateway: Gateway): AuthServerContext {
   return authServer.ctx
 }
 
-/** What /authorize will do once alice has approved: a code for `caller`, with the TV-2 challenge and R1 sent. */
+/** What /authorize does once alice has approved: a code for `caller`, with the TV-2 challenge and R1 sent. */
 async function issueCode(gateway: Gateway, caller: Caller, overrides: Partial<IssueAuthorizationCode> = {}): Promise<string> {
   const ctx = contextOf(gateway)
   const client = ctx.clients.find(caller.client_id)!

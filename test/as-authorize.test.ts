@@ -6,18 +6,15 @@
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest'
 import { codeId, findAuthorizationCode } from '../src/authserver/authorization-codes.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
-import { ALICE, callApi, postForm } from './support/authserver.js'
+import { ALICE, R1, TV1, callApi, postForm } from './support/authserver.js'
 import { FormBrowser, expectPageHeaders, field, loginAndConsent, responseParams, type PageResponse } from './support/browser.js'
 import { testClock } from './support/clock.js'
 
 type Gateway = RunningGateway & { issuer: string }
 
-const R1 = 'https://app.example.com/callback'
 const R2 = 'https://app.example.com/cb2'
 const WITH_QUERY = 'https://app.example.com/cb?tenant=a%20b&x=1'
-// TV-1 (RFC 7636 Appendix B).
-const VERIFIER = 'dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk'
-const CHALLENGE = 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM'
+const { verifier: VERIFIER, challenge: CHALLENGE } = TV1
 const CONF = { client_id: 'conf-basic', client_secret: 'conf-basic-secret-0123456789' }
 const BOB = { username: 'bob', password: 'bob-password-0123' }
 

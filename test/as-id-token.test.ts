@@ -12,15 +12,12 @@ import * as oauth from 'oauth4webapi'
 import { issueAuthorizationCode, type IssueAuthorizationCode } from '../src/authserver/authorization-codes.js'
 import { approveDeviceCode } from '../src/authserver/device.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
-import { ALICE, basic, callApi, postForm, refresh, type OAuthResponse } from './support/authserver.js'
+import { ALICE, R1, TV2, basic, callApi, postForm, refresh, type OAuthResponse } from './support/authserver.js'
 import { testClock, type Clock } from './support/clock.js'
 
 type Gateway = RunningGateway & { issuer: string }
 
-const R1 = 'https://app.example.com/callback'
-// TV-2 (OAuth 2.1 draft-15 §4.1.1).
-const VERIFIER = '3641a2d12d66101249cdf7a79c000c1f8c05d2aafcf14bf146497bed'
-const CHALLENGE = '6fdkQaPm51l13DSukcAH3Mdx7_ntecHYd1vi3n0hMZY'
+const { verifier: VERIFIER, challenge: CHALLENGE } = TV2
 const DEVICE_GRANT = 'urn:ietf:params:oauth:grant-type:device_code'
 
 /** Registered without id_token_signed_response_alg: RS256 (OIDC Registration §2). */

@@ -33,6 +33,12 @@ export async function callApi(gateway: RunningGateway, token: string, path = '/a
   return fetch(`${gateway.url}${path}`, { headers: { authorization: `Bearer ${token}` } })
 }
 
+/** The checklist's registered redirect URI R1 (A-03). */
+export const R1 = 'https://app.example.com/callback'
+/** PKCE test vectors: TV-1 (RFC 7636 Appendix B) and TV-2 (OAuth 2.1 draft-15 §4.1.1). */
+export const TV1 = { verifier: 'dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk', challenge: 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM' }
+export const TV2 = { verifier: '3641a2d12d66101249cdf7a79c000c1f8c05d2aafcf14bf146497bed', challenge: '6fdkQaPm51l13DSukcAH3Mdx7_ntecHYd1vi3n0hMZY' }
+
 /** The first-party test client and user of {@link passwordSetup}. */
 export const APP = { client_id: 'first-party-app', client_secret: 'app-secret-0123456789' }
 export const OTHER = { client_id: 'other-app', client_secret: 'other-secret-0123456789' }

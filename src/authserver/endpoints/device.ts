@@ -6,8 +6,8 @@
  * minutes lock the form (DV-04, §5.1: 20^8 codes are only about 2^34.6).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { TooManyAttempts } from '../../errors/oauth-errors.js'
 import { startInteraction } from '../browser/interaction.js'
+import { lockout } from '../browser/lockout.js'
 import { csrfField, html, pageErrorHandler, sendPage, sendRedirect } from '../browser/page.js'
 import { readSession, type BrowserSession } from '../browser/session.js'
 import type { AuthServerContext } from '../context.js'
@@ -48,17 +48,8 @@ async function submit(ctx: AuthServerContext, request: FastifyRequest, reply: Fa
   const input = (form.get('user_code') ?? '').slice(0, MAX_INPUT)
   const decision = form.get('decision')
   const keys = [`session:${session.id}`, `ip:${request.ip}`]
-  try {
-    await ctx.userCodeThrottle.check(keys)
-  } catch (error) {
-    if (!(error instanceof TooManyAttempts)) throw error
-    request.log.warn({ reason: error.internal.detail }, 'device code entry throttled')
-    const minutes = Math.ceil(error.retryAfterSeconds / 60)
-    reply.header('retry-after', String(error.retryAfterSeconds))
-    return sendEntryPage(ctx, reply, session, {
-      status: 429, error: `Too many wrong codes. Try again in ${minutes} minute${minutes === 1 ? '' : 's'}.`,
-    })
-  }
+  const locked = await lockout(ctx.userCodeThrottle, keys, reply, 'wrong codes')
+  if (locked !== undefined) return sendEntryPage(ctx, reply, session, { status: 429, error: locked })
   // DV-03: unknown, expired and used codes all read the same, and each counts as a failure.
   const refuse = async () => {
     await ctx.userCodeThrottle.fail(keys)

@@ -6,9 +6,9 @@
  * message. A success starts a new session (browser/session.ts) and continues the interaction.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { TooManyAttempts } from '../../errors/oauth-errors.js'
 import { continueAuthorization } from '../browser/flow.js'
 import { findInteraction, finishInteraction, type Interaction } from '../browser/interaction.js'
+import { lockout } from '../browser/lockout.js'
 import { csrfField, html, pageErrorHandler, sendErrorPage, sendPage, sendRedirect } from '../browser/page.js'
 import { startSession } from '../browser/session.js'
 import type { AuthServerContext } from '../context.js'
@@ -67,18 +67,8 @@ async function login(ctx: AuthServerContext, request: FastifyRequest, reply: Fas
     return sendLoginPage(ctx, reply, interactionId, interaction, { status: 400, error: 'Enter your username and password.', username })
   }
   const keys = [`user:${username}`, `ip:${request.ip}`]
-  try {
-    await ctx.throttle.check(keys)
-  } catch (error) {
-    if (!(error instanceof TooManyAttempts)) throw error
-    request.log.warn({ reason: error.internal.detail }, 'login throttled')
-    const minutes = Math.ceil(error.retryAfterSeconds / 60)
-    reply.header('retry-after', String(error.retryAfterSeconds))
-    return sendLoginPage(ctx, reply, interactionId, interaction, {
-      status: 429, username,
-      error: `Too many failed sign-in attempts. Try again in ${minutes} minute${minutes === 1 ? '' : 's'}.`,
-    })
-  }
+  const locked = await lockout(ctx.throttle, keys, reply, 'failed sign-in attempts')
+  if (locked !== undefined) return sendLoginPage(ctx, reply, interactionId, interaction, { status: 429, username, error: locked })
   const user = await ctx.users.verify(username, password)
   if (!user) {
     await ctx.throttle.fail(keys)
