@@ -509,6 +509,21 @@ describe('codes over time and login throttling', () => {
     expect(message(unknown)).toBe(message(wrong))
   })
 
+  it('A-08 overload: past 300 new sign-in requests a minute from one address → temporarily_unavailable, and no more rows', async (context) => {
+    const gateway = await start(context)
+    const browser = new FormBrowser(gateway.url)
+    for (let i = 0; i < 300; i++) expect((await browser.get(authorizeUrl())).location).toContain('/login?interaction=')
+    const refused = await browser.get(authorizeUrl())
+    expectErrorRedirect(gateway, refused, 'temporarily_unavailable')
+    const interactions = await gateway.app.authServer!.ctx.store.list('interaction')
+    expect(interactions).toHaveLength(300)
+    // The device page starts interactions too, and says so in a page.
+    const page = await browser.get('/device')
+    expect(page.status).toBe(429)
+    expect(Number(page.headers.get('retry-after'))).toBeGreaterThan(0)
+    expectPageHeaders(page)
+  })
+
   it('A-15 the Secure attribute is set when the issuer is https', async (context) => {
     const https = await startAuthServerGateway({ ...setup(), issuer: 'https://login.example.com' })
     context.onTestFinished(() => https.close())

@@ -75,14 +75,16 @@ async function startAuthServer(options: StartOptions = {}): Promise<Started> {
     algorithm: settings.algorithm, publishDelayMs: settings.publishDelayMs, retireAfterSeconds: settings.accessTokenTtlSeconds,
     now, log: app.log, reloadIntervalMs: 0,
   })
+  const unlimited = { check: async () => {}, fail: async () => {} }
   const ctx: AuthServerContext = {
     settings, store, keys, now, log: app.log,
     clients: new ClientRegistry(clients),
     users: new UserDirectory([]),
     tokens: new TokenService(settings, keys, store, now),
     revocations: new RevocationList(store, now),
-    throttle: { check: async () => {}, fail: async () => {} },
-    userCodeThrottle: { check: async () => {}, fail: async () => {} },
+    throttle: unlimited,
+    userCodeThrottle: unlimited,
+    interactionThrottle: unlimited,
   }
   const paths = [...registerJwks(app, ctx), ...registerMetadata(app, ctx, { implemented: new Set(options.implemented ?? TODAY) })]
   await app.ready()

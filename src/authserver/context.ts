@@ -48,6 +48,8 @@ export interface AuthServerContext {
   readonly throttle: Throttle
   /** DV-04: wrong user codes on the /device page, per browser session and per address. */
   readonly userCodeThrottle: Throttle
+  /** Interactions started per address (INTERACTION_LIMITS): keeps anonymous requests from filling the store. */
+  readonly interactionThrottle: Throttle
   readonly now: () => number
   readonly log: FastifyBaseLogger
 }

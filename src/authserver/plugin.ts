@@ -27,7 +27,7 @@ import { KeyManager, keyRetirementSeconds } from './keys.js'
 import { RevocationList } from './revocations.js'
 import { resolveSettings } from './settings.js'
 import { openStore } from './store.js'
-import { createThrottle, USER_CODE_LIMITS } from './throttle.js'
+import { createThrottle, INTERACTION_LIMITS, USER_CODE_LIMITS } from './throttle.js'
 import { cookieOptions } from './browser/session.js'
 import { registerAuthorize } from './endpoints/authorize.js'
 import { registerConsent } from './endpoints/consent.js'
@@ -102,6 +102,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     revocations,
     throttle: createThrottle(settings),
     userCodeThrottle: createThrottle(USER_CODE_LIMITS, undefined, 'user-codes'),
+    interactionThrottle: createThrottle(INTERACTION_LIMITS, undefined, 'interactions'),
     now,
     log,
   }

@@ -32,6 +32,13 @@ export type ThrottleLimits = Pick<AuthServerSettings, 'failuresPerClient' | 'fai
 /** DV-04 [DECISION]: five wrong user codes per browser session or per address in five minutes. */
 export const USER_CODE_LIMITS: ThrottleLimits = { failuresPerClient: 5, failuresPerIp: 5, throttleWindowSeconds: 300 }
 
+/**
+ * Every interaction is a row in the store for ten minutes, and /authorize (or /device) creates one for
+ * anyone: at most 300 a minute per address, then 429 / temporarily_unavailable, so a flood of anonymous
+ * requests cannot fill the store. Counted on every creation (`fail`), not only on failures.
+ */
+export const INTERACTION_LIMITS: ThrottleLimits = { failuresPerClient: 300, failuresPerIp: 300, throttleWindowSeconds: 60 }
+
 /** `name` keeps the counters of two throttles apart in a shared limiter store. */
 export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterFactory = memoryLimiter, name = 'failures'): Throttle {
   // Limiters count in whole seconds; a sub-second window would never hold a failure.

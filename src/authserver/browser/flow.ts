@@ -95,7 +95,7 @@ export async function continueAuthorization(ctx: AuthServerContext, reply: Fasti
   const notBefore = interaction ? interaction.notBefore : forceLogin ? ctx.now() : undefined
   const start = async () => interaction?.id ?? await startInteraction(ctx, {
     kind: 'authorize', request, ...(notBefore !== undefined && { notBefore }),
-  })
+  }, reply.request.ip)
   if (!sessionSatisfies(ctx, request, session, notBefore)) {
     // OIDC Core §3.1.2.6: prompt=none never shows a page.
     if (none) return sendErrorRedirect(ctx, reply, method, request, new LoginRequired())

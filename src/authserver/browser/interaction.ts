@@ -30,8 +30,14 @@ export type Interaction =
   | { readonly kind: 'authorize'; readonly request: AuthorizationRequest; readonly notBefore?: number }
   | { readonly kind: 'device'; readonly userCode?: string }
 
-/** Stores a new interaction; returns its id, for the page URLs. */
-export async function startInteraction(ctx: AuthServerContext, interaction: Interaction): Promise<string> {
+/**
+ * Stores a new interaction for a browser at `ip`; returns its id, for the page URLs. Throws TooManyAttempts
+ * past INTERACTION_LIMITS for the address.
+ */
+export async function startInteraction(ctx: AuthServerContext, interaction: Interaction, ip: string): Promise<string> {
+  const keys = [`ip:${ip}`]
+  await ctx.interactionThrottle.check(keys)
+  await ctx.interactionThrottle.fail(keys)
   const id = randomToken()
   await ctx.store.upsert('interaction', tokenHash(id), { ...interaction }, INTERACTION_TTL_SECONDS)
   return id

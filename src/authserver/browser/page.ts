@@ -5,6 +5,7 @@
  */
 import { createHash } from 'node:crypto'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { TooManyAttempts } from '../../errors/oauth-errors.js'
 
 /** Markup that is already safe: what {@link html} returns, and the only thing it does not escape. */
 export class SafeHtml {
@@ -128,6 +129,10 @@ export function pageErrorHandler(error: FastifyError, request: FastifyRequest, r
     request.log.info({ reason: error.code }, 'page form refused: CSRF token')
     return sendErrorPage(reply, 403, 'Form expired',
       'This form has expired or was not sent from this site. Go back, reload the page and try again.')
+  }
+  if (error instanceof TooManyAttempts) {
+    reply.header('retry-after', String(error.retryAfterSeconds))
+    return sendErrorPage(reply, 429, 'Too many requests', 'Too many requests from your network. Wait a minute and try again.')
   }
   const status = error.statusCode ?? (error as { status?: unknown }).status
   if (typeof status === 'number' && status >= 400 && status < 500) {

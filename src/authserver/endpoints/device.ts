@@ -38,7 +38,7 @@ ${csrfField(reply.generateCsrf())}
 /** Not logged in: the login form, which comes back here (with the pre-filled code) once done. */
 async function sendLogin(ctx: AuthServerContext, reply: FastifyReply, userCode: string | undefined): Promise<FastifyReply> {
   const interaction = { kind: 'device' as const, ...(userCode !== undefined && { userCode }) }
-  return sendLoginPage(ctx, reply, await startInteraction(ctx, interaction), interaction)
+  return sendLoginPage(ctx, reply, await startInteraction(ctx, interaction, reply.request.ip), interaction)
 }
 
 async function submit(ctx: AuthServerContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
