@@ -12,7 +12,7 @@ import { decodeJwt } from 'jose'
 import * as oauth from 'oauth4webapi'
 import { approveDeviceCode, denyDeviceCode, findDeviceCode } from '../src/authserver/device.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
-import { basic, callApi, postForm, type OAuthResponse } from './support/authserver.js'
+import { basic, callApi, postForm, type OAuthResponse, type DeviceAuthorization } from './support/authserver.js'
 import { testClock, type Clock } from './support/clock.js'
 
 type Gateway = RunningGateway & { issuer: string }
@@ -37,15 +37,6 @@ const setup = {
     { ...RFC_CLIENT, token_endpoint_auth_method: 'none', grant_types: [DEVICE_GRANT], scopes: ['example_scope'] },
   ],
   users: [{ username: 'alice', password: 'correct horse battery staple' }],
-}
-
-interface DeviceAuthorization {
-  device_code: string
-  user_code: string
-  verification_uri: string
-  verification_uri_complete: string
-  expires_in: number
-  interval: number
 }
 
 async function start(context: TestContext, clock?: Clock, store?: Record<string, unknown>): Promise<Gateway> {

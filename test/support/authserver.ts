@@ -33,6 +33,16 @@ export async function callApi(gateway: RunningGateway, token: string, path = '/a
   return fetch(`${gateway.url}${path}`, { headers: { authorization: `Bearer ${token}` } })
 }
 
+/** The RFC 8628 §3.2 device authorization response (DA-02). */
+export interface DeviceAuthorization {
+  device_code: string
+  user_code: string
+  verification_uri: string
+  verification_uri_complete: string
+  expires_in: number
+  interval: number
+}
+
 /** The checklist's registered redirect URI R1 (A-03). */
 export const R1 = 'https://app.example.com/callback'
 /** PKCE test vectors: TV-1 (RFC 7636 Appendix B) and TV-2 (OAuth 2.1 draft-15 §4.1.1). */
