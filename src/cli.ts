@@ -15,11 +15,6 @@ commands:
   keys rotate   publish new signing keys in the authorization server's store; they sign after the
                 publish delay, and the old keys leave the JWKS once their tokens have expired`
 
-export function parseListen(listen: string): { host: string; port: number } {
-  const colon = listen.lastIndexOf(':')
-  return { host: listen.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(listen.slice(colon + 1)) }
-}
-
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = []
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer)
@@ -114,22 +109,22 @@ async function main(argv: string[]): Promise<number> {
       }
     }
     case 'start': {
-      let config
+      // Imported here so `check` and `hash-secret` do not load fastify, undici and jose.
+      const { runPortcullis } = await import('./server/run.js')
+      let running
       try {
-        config = loadConfigFile(values.config)
+        running = await runPortcullis(values.config)
       } catch (error) {
         if (!(error instanceof ConfigError)) throw error
         console.error(error.message)
         return 1
       }
-      // Imported here so `check` and `hash-secret` do not load fastify, undici and jose.
-      const { buildGateway } = await import('./gateway.js')
-      const app = await buildGateway(config)
-      const { host, port } = parseListen(config.server?.listen ?? '127.0.0.1:8080')
-      await app.listen({ host, port })
+      process.on('SIGHUP', () => { void running.reload('SIGHUP') })
       const stop = (signal: string) => {
-        app.log.info({ signal }, 'shutting down')
-        app.close().then(() => process.exit(0), () => process.exit(1))
+        running.shutdown(signal).then(() => process.exit(0), (error: unknown) => {
+          console.error(`shutdown failed: ${messageOf(error)}`)
+          process.exit(1)
+        })
       }
       process.once('SIGINT', stop)
       process.once('SIGTERM', stop)

@@ -10,19 +10,24 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import type { GatewayConfig } from './config/schema.js'
 import { parseSize } from './config/units.js'
 import { configWarnings } from './config/lint.js'
-import { Authenticator, type InvalidationSelector, type RevocationCheck } from './authn/authenticator.js'
+import type { InvalidationSelector, RevocationCheck } from './authn/authenticator.js'
 import type { KeySetStats } from './authn/jwks.js'
 import type { CacheStats } from './authn/token-cache.js'
-import { compileRules } from './rules/compile.js'
 import { createAuthServer, type AuthServer } from './authserver/plugin.js'
-import { createUpstream, type Upstream } from './forward/proxy.js'
-import { createHeaderPolicy } from './forward/upstream-headers.js'
+import { Metrics } from './metrics/metrics.js'
 import { HeadersTooLarge, MalformedRequest } from './errors/oauth-errors.js'
 import { errorBody, errorHeaders, renderErrorOnSocket } from './errors/render.js'
 import { GatewayPipeline } from './server/pipeline.js'
+import { buildRuntime, closeRuntime, type RuntimeDependencies } from './server/runtime.js'
 
 /** What the rest of Portcullis (revocation, metrics, the Redis broadcast) reaches through `app.gateway`. */
 export interface GatewayHandle {
+  /**
+   * Hot reload: puts a new, already validated config in service (routes, scopes, issuers, caches' policies,
+   * upstreams, forwarding, the TLS certificate, the log level). Throws, changing nothing, when it cannot be
+   * applied; returns what it could not apply without a restart.
+   */
+  applyConfig(config: GatewayConfig): string[]
   /** Drops a token, or every token of a jti, subject or client, from the verified-JWT and introspection caches. */
   invalidate(selector: InvalidationSelector): number
   cacheStats(): CacheStats[]
@@ -36,6 +41,8 @@ declare module 'fastify' {
     gateway: GatewayHandle
     /** The embedded authorization server, when enabled (its context serves the browser pages and tests). */
     authServer: AuthServer | undefined
+    /** The registry the admin listener serves on /metrics. */
+    metrics: Metrics
   }
 }
 
@@ -46,7 +53,18 @@ export interface GatewayOptions {
   logStream?: NodeJS.WritableStream
   /** Milliseconds since the epoch; injected by tests to move time. */
   now?: () => number
+  /** The metrics registry (a new one by default); a test may share one or turn process metrics off. */
+  metrics?: Metrics
 }
+
+/** Sections a reload cannot change in a running process: they name sockets, or the server's own state. */
+const RESTART_ONLY: ReadonlyArray<[string, (config: GatewayConfig) => unknown]> = [
+  ['server.listen', (config) => config.server?.listen],
+  ['server.max_header_size', (config) => config.server?.max_header_size],
+  ['admin', (config) => config.admin],
+  ['authorization_server', (config) => config.authorization_server],
+  ['audit', (config) => config.audit],
+]
 
 /** Never logged: anything that can carry a credential. */
 export const REDACTED_PATHS = ['req.headers.authorization', 'req.headers.cookie', 'req.headers["proxy-authorization"]']
@@ -107,45 +125,47 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   const log = app.log
   for (const warning of configWarnings(config)) log.warn(warning)
   const now = options.now ?? Date.now
-  const { rules } = compileRules(config)
+  const metrics = options.metrics ?? new Metrics()
+  app.decorate('metrics', metrics)
   const authServer = config.authorization_server?.enabled
-    ? await createAuthServer(app, config.authorization_server, { now })
+    ? await createAuthServer(app, config.authorization_server, { now, metrics })
     : undefined
   for (const path of authServer?.paths ?? []) fastifyPaths.add(path)
   app.decorate('authServer', authServer)
-  const authenticator = new Authenticator({
-    issuers: config.issuers ?? [],
-    ...(authServer && { embedded: authServer.embedded }),
-    ...(config.cache && { cache: config.cache }),
-    log,
-    now,
-    ...(options.isRevoked && { isRevoked: options.isRevoked }),
-  })
-  const upstreams = new Map<string, Upstream>(
-    Object.entries(config.upstreams).map(([name, upstream]) => [name, createUpstream(name, upstream)]))
-  pipeline = new GatewayPipeline({
-    rules,
-    authenticator,
-    upstreams,
-    headerPolicy: createHeaderPolicy(config.forward, Boolean(tls)),
-    realm,
-    maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
-    log,
-  })
-  authenticator.prefetch()
+  const deps: RuntimeDependencies = { log, metrics, now, embedded: authServer?.embedded, isRevoked: options.isRevoked }
+  pipeline = new GatewayPipeline(buildRuntime(config, deps))
+  const authenticator = () => pipeline!.runtime.authenticator
   // A revocation at the embedded server reaches the gateway's caches at once (checklist RV-02, RT-04).
-  if (authServer) authServer.ctx.revocations.onRevoke = (selector) => { authenticator.invalidate(selector) }
+  if (authServer) authServer.ctx.revocations.onRevoke = (selector) => { authenticator().invalidate(selector) }
+  metrics.bindGateway({ cacheStats: () => authenticator().cacheStats(), keySetStats: () => authenticator().keySetStats() })
+
+  let current = config
+  const applyConfig = (next: GatewayConfig): string[] => {
+    const nextTls = next.server?.tls
+    if (Boolean(nextTls) !== Boolean(tls)) throw new Error('server.tls cannot be turned on or off by a reload: restart')
+    // Read before anything changes, so an unreadable certificate fails the reload as a whole.
+    const secureContext = nextTls && { cert: readFileSync(nextTls.cert_file), key: readFileSync(nextTls.key_file) }
+    const runtime = buildRuntime(next, deps, pipeline!.runtime)
+    if (secureContext) (app.server as https.Server).setSecureContext(secureContext)
+    pipeline!.swap(runtime)
+    if (next.log?.level !== undefined) app.log.level = next.log.level
+    for (const warning of configWarnings(next)) log.warn(warning)
+    const needsRestart = RESTART_ONLY.filter(([, pick]) => JSON.stringify(pick(current)) !== JSON.stringify(pick(next))).map(([name]) => name)
+    current = next
+    return needsRestart
+  }
   app.decorate('gateway', {
-    invalidate: (selector) => authenticator.invalidate(selector),
-    cacheStats: () => authenticator.cacheStats(),
-    keySetStats: () => authenticator.keySetStats(),
-    cacheKeys: () => authenticator.cacheKeys(),
+    applyConfig,
+    invalidate: (selector) => authenticator().invalidate(selector),
+    cacheStats: () => authenticator().cacheStats(),
+    keySetStats: () => authenticator().keySetStats(),
+    cacheKeys: () => authenticator().cacheKeys(),
   } satisfies GatewayHandle)
 
   // Before server.close(), which would otherwise wait for every upgraded socket to end by itself.
   app.addHook('preClose', async () => { pipeline!.closeUpgraded() })
   app.addHook('onClose', async () => {
-    await Promise.all([...[...upstreams.values()].map((upstream) => upstream.pool?.close()), authenticator.close(), authServer?.close()])
+    await Promise.all([closeRuntime(pipeline!.runtime), authServer?.close()])
   })
   return app
 }

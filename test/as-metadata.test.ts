@@ -10,6 +10,7 @@ import { SignJWT } from 'jose'
 import * as oauth from 'oauth4webapi'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import { ClientRegistry } from '../src/authserver/clients.js'
+import { Metrics } from '../src/metrics/metrics.js'
 import type { AuthServerContext, SigningAlgorithm } from '../src/authserver/context.js'
 import { jwksMaxAgeSeconds, registerJwks } from '../src/authserver/endpoints/jwks.js'
 import { registerMetadata } from '../src/authserver/endpoints/metadata.js'
@@ -85,6 +86,7 @@ async function startAuthServer(options: StartOptions = {}): Promise<Started> {
     throttle: unlimited,
     userCodeThrottle: unlimited,
     interactionThrottle: unlimited,
+    metrics: new Metrics({ defaultMetrics: false }),
   }
   const paths = [...registerJwks(app, ctx), ...registerMetadata(app, ctx, { implemented: new Set(options.implemented ?? TODAY) })]
   await app.ready()

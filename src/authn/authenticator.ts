@@ -7,6 +7,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify'
 import type { JWTVerifyGetKey } from 'jose'
+import type { Metrics } from '../metrics/metrics.js'
 import type { CacheConfig, IssuerConfig } from '../config/schema.js'
 import { InvalidToken } from '../errors/oauth-errors.js'
 import { IntrospectionClient, type IntrospectionEntry } from './introspection.js'
@@ -54,6 +55,8 @@ export interface EmbeddedIssuer {
 
 export interface AuthenticatorOptions {
   issuers: readonly IssuerConfig[]
+  /** Where validations are counted (portcullis_token_validations_total). */
+  metrics?: Metrics
   embedded?: EmbeddedIssuer
   cache?: CacheConfig
   log: FastifyBaseLogger

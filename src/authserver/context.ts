@@ -1,6 +1,7 @@
 /** Everything an endpoint or grant of the embedded server needs, built once by createAuthServer. */
 import type { FastifyBaseLogger } from 'fastify'
 import type { JSONWebKeySet, JWTVerifyGetKey, CryptoKey } from 'jose'
+import type { Metrics } from '../metrics/metrics.js'
 import type { ClientRegistry } from './clients.js'
 import type { AuthServerSettings } from './settings.js'
 import type { StorageAdapter } from './storage/adapter.js'
@@ -52,4 +53,5 @@ export interface AuthServerContext {
   readonly interactionThrottle: Throttle
   readonly now: () => number
   readonly log: FastifyBaseLogger
+  readonly metrics: Metrics
 }

@@ -10,6 +10,7 @@ import formbody from '@fastify/formbody'
 import type { EmbeddedIssuer } from '../authn/authenticator.js'
 import type { Principal } from '../authn/principal.js'
 import type { AuthorizationServerConfig } from '../config/schema.js'
+import { Metrics } from '../metrics/metrics.js'
 import { InvalidRequest, ServerError } from '../errors/oauth-errors.js'
 import { ClientRegistry } from './clients.js'
 import type { AuthServerContext } from './context.js'
@@ -53,6 +54,8 @@ export interface AuthServer {
 
 export interface AuthServerOptions {
   now?: () => number
+  /** Where tokens issued and token endpoint errors are counted. */
+  metrics?: Metrics
 }
 
 function principalOf(record: StoredAccessToken, issuer: string): Principal {
@@ -105,6 +108,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     interactionThrottle: createThrottle(INTERACTION_LIMITS, undefined, 'interactions'),
     now,
     log,
+    metrics: options.metrics ?? new Metrics({ defaultMetrics: false }),
   }
   const paths: string[] = []
   await app.register(async (scope) => {

@@ -44,6 +44,7 @@ const Server = Strict({
   public_url: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+(/[^?#]*)?$', 'x-message': 'must be an http(s) URL' })),
   realm: Type.Optional(Type.String({ pattern: '^[\\x20\\x21\\x23-\\x5b\\x5d-\\x7e]*$', 'x-message': 'must be printable ASCII without quotes or backslashes' })),
   tls: Type.Optional(Strict({ cert_file: NonEmpty, key_file: NonEmpty })),
+  shutdown_timeout: Type.Optional(Duration),
 })
 
 const Admin = Strict({ listen: Type.Optional(HostPort) })
@@ -177,6 +178,11 @@ const Cache = Strict({
   jwt: Type.Optional(Type.Boolean()),
 })
 
+const Audit = Strict({
+  // `stdout`, a file path, or a list of both.
+  output: Type.Optional(Type.Union([NonEmpty, Type.Array(NonEmpty, { minItems: 1, maxItems: 2 })])),
+})
+
 const Log = Strict({ level: Type.Optional(StringEnum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const)) })
 
 export const GatewayConfigSchema = Strict({
@@ -191,6 +197,7 @@ export const GatewayConfigSchema = Strict({
   forward: Type.Optional(Forward),
   cache: Type.Optional(Cache),
   authorization_server: Type.Optional(AuthorizationServer),
+  audit: Type.Optional(Audit),
 })
 
 export type GatewayConfig = Static<typeof GatewayConfigSchema>
@@ -200,6 +207,7 @@ export type UpstreamConfig = Static<typeof Upstream>
 export type ForwardConfig = Static<typeof Forward>
 export type IntrospectionConfig = Static<typeof Introspection>
 export type CacheConfig = Static<typeof Cache>
+export type AuditConfig = Static<typeof Audit>
 export type AuthorizationServerConfig = Static<typeof AuthorizationServer>
 export type ClientConfig = Static<typeof Client>
 export type UserConfig = Static<typeof User>

@@ -5,31 +5,50 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
-import type { FastifyBaseLogger } from 'fastify'
+import { randomUUID } from 'node:crypto'
 import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
-import type { Authenticator } from '../authn/authenticator.js'
 import type { Principal } from '../authn/principal.js'
 import { requireScopes } from '../authz/scopes.js'
 import {
-  BadGateway, GatewayError, InvalidRequest, MalformedRequest, MethodNotAllowed, MissingToken,
-  NoMatchingRoute, RequestTooLarge, ServerError,
+  BadGateway, GatewayError, GatewayTimeout, InvalidRequest, MalformedRequest, MethodNotAllowed, MissingToken,
+  NoMatchingRoute, RequestTooLarge, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
+import type { Decision } from '../metrics/metrics.js'
 import { renderError, renderErrorOnSocket } from '../errors/render.js'
 import { echoRequest } from '../forward/echo.js'
-import { BodyLimit, forwardRequest, upstreamFailure, type Upstream } from '../forward/proxy.js'
-import { buildUpstreamHeaders, type HeaderPolicy } from '../forward/upstream-headers.js'
+import { BodyLimit, forwardRequest, upstreamFailure } from '../forward/proxy.js'
+import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
 import type { CompiledRule } from '../rules/compile.js'
 import { allowedMethods, matchRule } from '../rules/match.js'
 import { splitRequestTarget } from '../rules/normalize.js'
+import { retireWhenIdle, type GatewayRuntime } from './runtime.js'
 
-export interface GatewayRuntime {
-  readonly rules: readonly CompiledRule[]
-  readonly authenticator: Authenticator
-  readonly upstreams: ReadonlyMap<string, Upstream>
-  readonly headerPolicy: HeaderPolicy
-  readonly realm: string
-  readonly maxTokenSize: number
-  readonly log: FastifyBaseLogger
+export type { GatewayRuntime } from './runtime.js'
+
+/** What one request did, for its log line and its metrics (filled in as the request goes). */
+interface Outcome {
+  route: string
+  decision: Decision
+  /** The error code when refused ('' when forwarded); bounded, so it can be a label. */
+  error: string
+  /** The precise reason, for the log only. */
+  detail?: string | undefined
+  /** Our own failure (500s): logged with its stack. */
+  cause?: unknown
+}
+
+/** Levels at which the one-line-per-request log is written (`info` and chattier). */
+const LOGS_REQUESTS = new Set(['info', 'debug', 'trace'])
+
+/** Honoured when a load balancer or client sends one we can safely log and echo; generated otherwise. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+function decisionOf(failure: GatewayError): Decision {
+  if (failure.challenge || failure instanceof MissingToken) return 'denied'
+  if (failure instanceof TemporarilyUnavailable) return 'unavailable'
+  if (failure instanceof BadGateway || failure instanceof GatewayTimeout) return 'upstream_error'
+  if (failure.status >= 500) return 'error'
+  return 'rejected'
 }
 
 const FORM_CONTENT_TYPE = /^application\/x-www-form-urlencoded\s*(;|$)/i
@@ -116,16 +135,60 @@ async function requestBody(req: IncomingMessage, rule: CompiledRule, principal: 
 export class GatewayPipeline {
   private readonly upgraded = new Set<Duplex>()
 
-  constructor(private readonly rt: GatewayRuntime) {}
+  constructor(private rt: GatewayRuntime) {}
 
-  readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
-    this.serve(req, res).catch((error: unknown) => this.fail(req, res, error))
+  /** The runtime new requests use. */
+  get runtime(): GatewayRuntime {
+    return this.rt
   }
 
-  private async serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /**
+   * Puts `next` in service for every request that starts from now on; the requests in flight finish on
+   * the old one, which then closes what `next` does not reuse.
+   */
+  swap(next: GatewayRuntime): void {
+    const previous = this.rt
+    this.rt = next
+    retireWhenIdle(previous, next)
+  }
+
+  readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const rt = this.rt
+    const started = performance.now()
+    const presented = req.headers['x-request-id']
+    const id = typeof presented === 'string' && REQUEST_ID.test(presented) ? presented : randomUUID()
+    const outcome: Outcome = { route: '', decision: 'forwarded', error: '' }
+    rt.inflight++
+    res.once('close', () => {
+      if (--rt.inflight === 0) rt.onIdle?.()
+      this.record(rt, req, res, id, outcome, (performance.now() - started) / 1000)
+    })
+    this.serve(rt, req, res, outcome).catch((error: unknown) => this.fail(rt, req, res, error, outcome))
+  }
+
+  /** One log line and the metrics of a finished request. */
+  private record(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, id: string, outcome: Outcome, seconds: number): void {
+    // Not finished: the client went away before the response was complete.
+    const status = res.writableFinished ? res.statusCode : 499
+    rt.metrics.observeRequest(outcome.route || '(none)', req.method ?? 'GET', status, outcome.decision, outcome.error, seconds)
+    if (!LOGS_REQUESTS.has(rt.log.level)) return
+    const url = req.url ?? ''
+    const q = url.indexOf('?')
+    // The path only: a query may carry a token (refused, but never logged).
+    const entry = {
+      reqId: id, route: outcome.route || undefined, method: req.method, path: (q === -1 ? url : url.slice(0, q)).slice(0, 512),
+      status, decision: outcome.decision, ...(outcome.error !== '' && { error: outcome.error, reason: outcome.detail }),
+      ms: Math.round(seconds * 100_000) / 100,
+    }
+    if (outcome.error === '') rt.log.info(entry, 'request')
+    else if (status < 500) rt.log.info(entry, 'request denied')
+    else rt.log.error({ ...entry, err: outcome.cause }, 'request failed')
+  }
+
+  private async serve(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome): Promise<void> {
     const { path, query } = splitRequestTarget(req.url ?? '')
     const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)
+    outcome.route = rule.id
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
     if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
     const principal = await authenticate(rt, req, rule, query)
@@ -133,45 +196,46 @@ export class GatewayPipeline {
     const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (upstream.echo) return echoRequest(req, res, path, query, headers, body)
+    const sent = performance.now()
     try {
       await forwardRequest(upstream, req, res, headers, body)
+      rt.metrics.upstreamDuration.observe({ upstream: upstream.name, outcome: 'response' }, (performance.now() - sent) / 1000)
     } catch (error) {
+      rt.metrics.upstreamDuration.observe({ upstream: upstream.name, outcome: 'failure' }, (performance.now() - sent) / 1000)
       // The client went away mid-body: the upstream request was aborted for it, not failed by the upstream.
       if (req.destroyed && !req.complete) throw new MalformedRequest('the request body ended early', { detail: 'client_aborted', cause: error })
       throw upstreamFailure(error, upstream.name)
     }
   }
 
-  private fail(req: IncomingMessage, res: ServerResponse, error: unknown): void {
+  private fail(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, error: unknown, outcome: Outcome): void {
     const failure = error instanceof GatewayError ? error : new ServerError(error)
-    this.log(req, failure)
+    outcome.decision = decisionOf(failure)
+    outcome.error = failure.code
+    outcome.detail = failure.internal.detail ?? failure.description
+    outcome.cause = failure.internal.cause
     // A body we did not read must not be read now (it may be 50 MB): close the connection instead.
-    renderError(res, failure, this.rt.realm, hasBody(req) && !req.readableEnded)
+    renderError(res, failure, rt.realm, hasBody(req) && !req.readableEnded)
   }
 
-  private log(req: IncomingMessage, failure: GatewayError): void {
-    const entry = {
-      method: req.method,
-      status: failure.status,
-      error: failure.code,
-      reason: failure.internal.detail ?? failure.description,
-    }
-    if (failure.status >= 500) this.rt.log.error({ ...entry, err: failure.internal.cause }, 'request failed')
-    else this.rt.log.info(entry, 'request denied')
+  private logUpgradeFailure(rt: GatewayRuntime, req: IncomingMessage, failure: GatewayError): void {
+    const entry = { method: req.method, status: failure.status, error: failure.code, reason: failure.internal.detail ?? failure.description }
+    if (failure.status >= 500) rt.log.error({ ...entry, err: failure.internal.cause }, 'upgrade failed')
+    else rt.log.info(entry, 'upgrade denied')
   }
 
   /** WebSocket upgrades: forwarded only after the same route match and token validation. */
   readonly handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     socket.on('error', () => socket.destroy())
-    this.upgrade(req, socket, head).catch((error: unknown) => {
+    const rt = this.rt
+    this.upgrade(rt, req, socket, head).catch((error: unknown) => {
       const failure = error instanceof GatewayError ? error : new ServerError(error)
-      this.log(req, failure)
-      renderErrorOnSocket(socket, failure, this.rt.realm)
+      this.logUpgradeFailure(rt, req, failure)
+      renderErrorOnSocket(socket, failure, rt.realm)
     })
   }
 
-  private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const rt = this.rt
+  private async upgrade(rt: GatewayRuntime, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new MalformedRequest('only WebSocket upgrades are forwarded')
     const { path, query } = splitRequestTarget(req.url ?? '')
     const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)

@@ -4,7 +4,7 @@
  * error, is no-store (G-04); errors are 400 except invalid_client (401) and throttling (429).
  */
 import type { FastifyInstance } from 'fastify'
-import { InvalidRequest, UnauthorizedClient, UnsupportedGrantType } from '../../errors/oauth-errors.js'
+import { GatewayError, InvalidRequest, UnauthorizedClient, UnsupportedGrantType } from '../../errors/oauth-errors.js'
 import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
 import type { GrantHandler } from '../grants/grant.js'
@@ -41,8 +41,11 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       }
       const audience = requestedAudience(request.body, ctx.settings.audience)
       const body = await handler.handle({ form, client, ip: request.ip, audience, ctx })
+      // client_id is a label only once authenticated: it is then one from the config, never made up.
+      ctx.metrics.tokensIssued.inc({ grant_type: handler.grantType, client_id: client.clientId })
       return noStore(reply).code(200).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))
     } catch (error) {
+      ctx.metrics.tokenErrors.inc({ error: error instanceof GatewayError ? error.code : 'server_error' })
       return sendOAuthError(reply, error, issuer)
     }
   })

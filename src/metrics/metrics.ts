@@ -1,0 +1,206 @@
+/**
+ * Every Prometheus metric of Portcullis, in its own prom-client Registry (never the global one), served
+ * on the admin listener only. Names are `portcullis_*` in base units (seconds, bytes); labels are bounded
+ * by the config: route ids, upstream names, issuer identifiers, client_ids, grant types, outcomes and
+ * reason codes — never a path, a token, a subject or anything a client can make up.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import type { CacheStats } from '../authn/token-cache.js'
+import type { KeySetStats } from '../authn/jwks.js'
+
+/** What happened to a request on the proxy path (the `decision` label). */
+export type Decision =
+  | 'forwarded'       // the upstream answered (whatever its status)
+  | 'denied'          // no token, a bad token, a missing scope: 400/401/403 with a Bearer challenge
+  | 'rejected'        // refused before authentication: no route, wrong method, a path trick, too large
+  | 'unavailable'     // a token could not be checked (issuer keys or introspection down): 503
+  | 'upstream_error'  // the upstream refused, failed or was too slow: 502/504
+  | 'error'           // a failure of ours: 500
+
+/** How a token was validated (the `method` label). */
+export type ValidationMethod = 'jwt' | 'introspection' | 'embedded'
+
+/** Methods a route can name; anything else is counted as OTHER, so a client cannot add label values. */
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
+
+/** Request and upstream latencies: from 0.5 ms (a cache hit) to 30 s (an upstream timeout). */
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+
+/** What the gateway reports on scrape (caches, key sets): read when Prometheus asks, never per request. */
+export interface GatewayStats {
+  cacheStats(): CacheStats[]
+  keySetStats(): KeySetStats[]
+}
+
+export class Metrics {
+  readonly registry = new Registry()
+  private stats: GatewayStats | undefined
+
+  readonly requests = new Counter({
+    name: 'portcullis_requests_total',
+    help: 'Requests on the proxy path, by route id, method, status code and decision.',
+    labelNames: ['route', 'method', 'status', 'decision', 'reason'] as const,
+    registers: [this.registry],
+  })
+  readonly requestDuration = new Histogram({
+    name: 'portcullis_request_duration_seconds',
+    help: 'Time from the request\'s arrival to the end of the response, by route id.',
+    labelNames: ['route'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  })
+  readonly upstreamDuration = new Histogram({
+    name: 'portcullis_upstream_duration_seconds',
+    help: 'Time from sending a request upstream to the end of its response, by upstream name and outcome.',
+    labelNames: ['upstream', 'outcome'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  })
+  readonly tokenValidations = new Counter({
+    name: 'portcullis_token_validations_total',
+    help: 'Token validations, by issuer, method (jwt, introspection, embedded), result (valid, invalid) and reason.',
+    labelNames: ['issuer', 'method', 'result', 'reason'] as const,
+    registers: [this.registry],
+  })
+  readonly jwksFetches = new Counter({
+    name: 'portcullis_jwks_fetches_total',
+    help: 'JWKS documents fetched, by issuer and result (success, failure).',
+    labelNames: ['issuer', 'result'] as const,
+    registers: [this.registry],
+    collect: () => this.collectKeySets(),
+  })
+  readonly jwksAge = new Gauge({
+    name: 'portcullis_jwks_age_seconds',
+    help: 'Age of the key set in use, by issuer (absent before its first successful fetch).',
+    labelNames: ['issuer'] as const,
+    registers: [this.registry],
+  })
+  readonly jwksKeys = new Gauge({
+    name: 'portcullis_jwks_keys',
+    help: 'Keys in the key set in use, by issuer.',
+    labelNames: ['issuer'] as const,
+    registers: [this.registry],
+  })
+  readonly introspections = new Counter({
+    name: 'portcullis_introspection_requests_total',
+    help: 'Calls to RFC 7662 introspection endpoints, by issuer and outcome (active, inactive, error, timeout).',
+    labelNames: ['issuer', 'outcome'] as const,
+    registers: [this.registry],
+  })
+  readonly introspectionDuration = new Histogram({
+    name: 'portcullis_introspection_duration_seconds',
+    help: 'Latency of RFC 7662 introspection calls, by issuer.',
+    labelNames: ['issuer'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  })
+  readonly cacheLookups = new Counter({
+    name: 'portcullis_cache_lookups_total',
+    help: 'Token cache lookups, by cache (jwt, introspection) and result (hit, miss).',
+    labelNames: ['cache', 'result'] as const,
+    registers: [this.registry],
+    collect: () => this.collectCaches(),
+  })
+  readonly cacheEvictions = new Counter({
+    name: 'portcullis_cache_evictions_total',
+    help: 'Entries pushed out of a token cache by its size bound, by cache.',
+    labelNames: ['cache'] as const,
+    registers: [this.registry],
+  })
+  readonly cacheEntries = new Gauge({
+    name: 'portcullis_cache_entries',
+    help: 'Entries in a token cache now, by cache.',
+    labelNames: ['cache'] as const,
+    registers: [this.registry],
+  })
+  readonly cacheCapacity = new Gauge({
+    name: 'portcullis_cache_capacity_entries',
+    help: 'The bound of a token cache (cache.max_entries), by cache.',
+    labelNames: ['cache'] as const,
+    registers: [this.registry],
+  })
+  readonly tokensIssued = new Counter({
+    name: 'portcullis_tokens_issued_total',
+    help: 'Token responses of the embedded authorization server, by grant type and client_id.',
+    labelNames: ['grant_type', 'client_id'] as const,
+    registers: [this.registry],
+  })
+  readonly tokenErrors = new Counter({
+    name: 'portcullis_token_endpoint_errors_total',
+    help: 'Error responses of the token endpoint, by OAuth error code.',
+    labelNames: ['error'] as const,
+    registers: [this.registry],
+  })
+  readonly configReloads = new Counter({
+    name: 'portcullis_config_reloads_total',
+    help: 'Configuration reloads, by result (success, failure).',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  })
+  readonly configInfo = new Gauge({
+    name: 'portcullis_config_info',
+    help: 'Always 1; the SHA-256 of the configuration file in use, and when it was loaded.',
+    labelNames: ['sha256'] as const,
+    registers: [this.registry],
+  })
+  readonly configLoaded = new Gauge({
+    name: 'portcullis_config_last_reload_success_timestamp_seconds',
+    help: 'When the configuration in use was loaded.',
+    registers: [this.registry],
+  })
+
+  constructor(options: { defaultMetrics?: boolean } = {}) {
+    // Process metrics (CPU, memory, event loop lag, GC), prefixed like ours.
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: 'portcullis_' })
+    this.configReloads.inc({ result: 'success' }, 0)
+    this.configReloads.inc({ result: 'failure' }, 0)
+  }
+
+  /** The live gateway's caches and key sets, read on every scrape. Replaced on reload. */
+  bindGateway(stats: GatewayStats): void {
+    this.stats = stats
+  }
+
+  /** One request on the proxy path, at the end of its response. */
+  observeRequest(route: string, method: string, status: number, decision: Decision, reason: string, seconds: number): void {
+    this.requests.inc({ route, method: METHODS.has(method) ? method : 'OTHER', status: String(status), decision, reason })
+    this.requestDuration.observe({ route }, seconds)
+  }
+
+  /** The configuration now in use, by the hash of its file. */
+  setConfig(sha256: string, loadedAtMs: number): void {
+    this.configInfo.reset()
+    this.configInfo.set({ sha256 }, 1)
+    this.configLoaded.set(loadedAtMs / 1000)
+  }
+
+  private collectCaches(): void {
+    const caches = this.stats?.cacheStats() ?? []
+    // Counters kept by the caches themselves, exported as they stand (a reload starts new caches at 0,
+    // which Prometheus' rate() reads as a counter reset).
+    this.cacheLookups.reset()
+    this.cacheEvictions.reset()
+    this.cacheEntries.reset()
+    this.cacheCapacity.reset()
+    for (const cache of caches) {
+      this.cacheLookups.inc({ cache: cache.name, result: 'hit' }, cache.hits)
+      this.cacheLookups.inc({ cache: cache.name, result: 'miss' }, cache.misses)
+      this.cacheEvictions.inc({ cache: cache.name }, cache.evictions)
+      this.cacheEntries.set({ cache: cache.name }, cache.size)
+      this.cacheCapacity.set({ cache: cache.name }, cache.maxEntries)
+    }
+  }
+
+  private collectKeySets(): void {
+    const sets = this.stats?.keySetStats() ?? []
+    this.jwksFetches.reset()
+    this.jwksAge.reset()
+    this.jwksKeys.reset()
+    for (const set of sets) {
+      this.jwksFetches.inc({ issuer: set.issuer, result: 'success' }, set.fetches - set.failures)
+      this.jwksFetches.inc({ issuer: set.issuer, result: 'failure' }, set.failures)
+      this.jwksKeys.set({ issuer: set.issuer }, set.keys)
+      if (set.ageMs !== undefined) this.jwksAge.set({ issuer: set.issuer }, set.ageMs / 1000)
+    }
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * A running Portcullis: the public listener, the admin listener, hot reload (SIGHUP, and the config
+ * file changing on disk) and graceful shutdown (SIGTERM, SIGINT). `portcullis start` is this; tests
+ * start it in-process or as the CLI.
+ */
+import { createHash } from 'node:crypto'
+import { readFileSync, watch, type FSWatcher } from 'node:fs'
+import path from 'node:path'
+import type { FastifyInstance } from 'fastify'
+import { ConfigError, loadConfig } from '../config/load.js'
+import type { GatewayConfig } from '../config/schema.js'
+import { parseDuration } from '../config/units.js'
+import { buildGateway, type GatewayOptions } from '../gateway.js'
+import { buildAdmin } from './admin.js'
+
+/** Editors write a file in several steps, and a ConfigMap update swaps symlinks: wait for the dust. */
+const WATCH_DEBOUNCE_MS = 250
+
+export interface RunningPortcullis {
+  readonly gateway: FastifyInstance
+  readonly admin: FastifyInstance | undefined
+  /** The config in service now. */
+  config(): GatewayConfig
+  /** Re-reads the file and applies it; false (old config kept) when it is invalid or cannot be applied. */
+  reload(trigger?: string): Promise<boolean>
+  /** Stops accepting, lets requests in flight finish for up to `server.shutdown_timeout`, closes the store. */
+  shutdown(signal?: string): Promise<void>
+}
+
+export interface RunOptions extends GatewayOptions {
+  env?: NodeJS.ProcessEnv
+  /** Ports to listen on instead of the config's (tests: 0). */
+  port?: number
+  adminPort?: number
+  /** Watch the config file and reload on change (default true). */
+  watch?: boolean
+}
+
+export function parseListen(listen: string): { host: string; port: number } {
+  const colon = listen.lastIndexOf(':')
+  return { host: listen.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(listen.slice(colon + 1)) }
+}
+
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
+
+/** Loads `file`, builds and starts everything; throws ConfigError for a bad file. */
+export async function runPortcullis(file: string, options: RunOptions = {}): Promise<RunningPortcullis> {
+  const env = options.env ?? process.env
+  let text = readFileSync(file, 'utf8')
+  let config = loadConfig(file, text, env)
+  const gateway = await buildGateway(config, options)
+  const log = gateway.log.child({ component: 'lifecycle' })
+  gateway.metrics.setConfig(sha256(text), Date.now())
+  const listen = parseListen(config.server?.listen ?? '127.0.0.1:8080')
+  await gateway.listen({ host: listen.host, port: options.port ?? listen.port })
+  let admin: FastifyInstance | undefined
+  if (config.admin?.listen !== undefined) {
+    admin = await buildAdmin(gateway, () => config)
+    const at = parseListen(config.admin.listen)
+    await admin.listen({ host: at.host, port: options.adminPort ?? at.port })
+  }
+
+  let reloading: Promise<boolean> = Promise.resolve(true)
+  const reloadNow = async (trigger: string): Promise<boolean> => {
+    let nextText: string
+    try {
+      nextText = readFileSync(file, 'utf8')
+    } catch (error) {
+      gateway.metrics.configReloads.inc({ result: 'failure' })
+      log.error({ trigger, err: error }, `config reload failed: cannot read ${file}; keeping the config in service`)
+      return false
+    }
+    // A watch event for a file that did not change (a touch, a second event of one save) is no reload.
+    if (trigger === 'watch' && nextText === text) return true
+    try {
+      const next = loadConfig(file, nextText, env)
+      const needsRestart = gateway.gateway.applyConfig(next)
+      config = next
+      text = nextText
+      gateway.metrics.configReloads.inc({ result: 'success' })
+      gateway.metrics.setConfig(sha256(nextText), Date.now())
+      log.info({ trigger, sha256: sha256(nextText) }, 'config reloaded')
+      if (needsRestart.length > 0) log.warn({ keys: needsRestart }, `config reloaded; these changes need a restart: ${needsRestart.join(', ')}`)
+      return true
+    } catch (error) {
+      gateway.metrics.configReloads.inc({ result: 'failure' })
+      // Every problem on its own line, with file:line:col, as `portcullis check` prints them.
+      const problems = error instanceof ConfigError ? error.message.split('\n') : [error instanceof Error ? error.message : String(error)]
+      for (const problem of problems) log.error({ trigger }, `config reload failed: ${problem}`)
+      log.error({ trigger, problems: problems.length }, 'config reload failed; keeping the config in service')
+      return false
+    }
+  }
+  // One reload at a time, in order: a SIGHUP during a watch-triggered reload waits for it.
+  const reload = (trigger = 'api') => (reloading = reloading.then(() => reloadNow(trigger)))
+
+  let watcher: FSWatcher | undefined
+  let debounce: NodeJS.Timeout | undefined
+  if (options.watch ?? true) {
+    // The directory, not the file: an editor's rename-over and a Kubernetes ConfigMap's `..data` symlink
+    // swap replace the file, and a watch on the old inode would go quiet.
+    watcher = watch(path.dirname(path.resolve(file)), () => {
+      clearTimeout(debounce)
+      debounce = setTimeout(() => { void reload('watch') }, WATCH_DEBOUNCE_MS)
+    })
+    watcher.on('error', (error) => log.warn({ err: error }, 'config file watch failed; reload with SIGHUP'))
+  }
+
+  let stopping: Promise<void> | undefined
+  const shutdown = (signal = 'api') => (stopping ??= (async () => {
+    const timeoutMs = parseDuration(config.server?.shutdown_timeout ?? '10s')
+    log.info({ signal, timeoutMs }, 'shutting down: draining requests in flight')
+    watcher?.close()
+    clearTimeout(debounce)
+    const server = gateway.server
+    // Keep-alive connections that go idle while draining are closed as they do; past the timeout, all are.
+    const idle = setInterval(() => server.closeIdleConnections(), 100)
+    const force = setTimeout(() => {
+      log.warn('shutdown timeout: closing the connections still open')
+      server.closeAllConnections()
+    }, timeoutMs)
+    try {
+      await Promise.all([gateway.close(), admin?.close()])
+    } finally {
+      clearInterval(idle)
+      clearTimeout(force)
+    }
+    log.info('shut down')
+  })())
+
+  return { gateway, admin, config: () => config, reload, shutdown }
+}

@@ -1,0 +1,102 @@
+/**
+ * The part of the gateway a configuration reload replaces (issue: operations, hot reload): the route
+ * table, the issuers with their caches, the upstream pools and the forwarding policy. A new runtime is
+ * built beside the one in use, from the new config, reusing what did not change (an unchanged `issuers`
+ * and `cache` keeps the authenticator and its warm caches; an unchanged upstream keeps its pool). The
+ * pipeline swaps it in with one assignment; requests in flight finish on the runtime they started with,
+ * and what the new one no longer uses is closed once the last of them ends.
+ */
+import type { FastifyBaseLogger } from 'fastify'
+import { Authenticator, type EmbeddedIssuer, type RevocationCheck } from '../authn/authenticator.js'
+import type { GatewayConfig } from '../config/schema.js'
+import { parseSize } from '../config/units.js'
+import { createUpstream, type Upstream } from '../forward/proxy.js'
+import { createHeaderPolicy, type HeaderPolicy } from '../forward/upstream-headers.js'
+import type { Metrics } from '../metrics/metrics.js'
+import { compileRules } from '../rules/compile.js'
+import type { CompiledRule } from '../rules/compile.js'
+
+export interface GatewayRuntime {
+  readonly rules: readonly CompiledRule[]
+  readonly authenticator: Authenticator
+  readonly upstreams: ReadonlyMap<string, Upstream>
+  readonly headerPolicy: HeaderPolicy
+  readonly realm: string
+  readonly maxTokenSize: number
+  readonly log: FastifyBaseLogger
+  readonly metrics: Metrics
+  /** Requests being served on this runtime now; see {@link retireWhenIdle}. */
+  inflight: number
+  /** Set when a newer runtime has replaced this one: it closes what it alone holds once `inflight` is 0. */
+  onIdle?: (() => void) | undefined
+  /** The config sections it was built from, to know what a reload may reuse. */
+  readonly source: { readonly authn: string; readonly upstreams: ReadonlyMap<string, string> }
+}
+
+export interface RuntimeDependencies {
+  readonly log: FastifyBaseLogger
+  readonly metrics: Metrics
+  readonly now: () => number
+  readonly embedded?: EmbeddedIssuer | undefined
+  readonly isRevoked?: RevocationCheck | undefined
+}
+
+/** The authenticator depends on these sections only. */
+function authnSource(config: GatewayConfig): string {
+  return JSON.stringify({ issuers: config.issuers ?? [], cache: config.cache ?? {} })
+}
+
+/** Builds a runtime from `config`, taking from `previous` what is unchanged. */
+export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, previous?: GatewayRuntime): GatewayRuntime {
+  const { rules } = compileRules(config)
+  const authn = authnSource(config)
+  const authenticator = previous && previous.source.authn === authn
+    ? previous.authenticator
+    : new Authenticator({
+      issuers: config.issuers ?? [],
+      ...(deps.embedded && { embedded: deps.embedded }),
+      ...(config.cache && { cache: config.cache }),
+      log: deps.log,
+      now: deps.now,
+      metrics: deps.metrics,
+      ...(deps.isRevoked && { isRevoked: deps.isRevoked }),
+    })
+  const upstreamSources = new Map(Object.entries(config.upstreams).map(([name, upstream]) => [name, JSON.stringify(upstream)]))
+  const upstreams = new Map<string, Upstream>()
+  for (const [name, upstream] of Object.entries(config.upstreams)) {
+    const reused = previous?.source.upstreams.get(name) === upstreamSources.get(name) ? previous?.upstreams.get(name) : undefined
+    upstreams.set(name, reused ?? createUpstream(name, upstream))
+  }
+  if (authenticator !== previous?.authenticator) authenticator.prefetch()
+  return {
+    rules,
+    authenticator,
+    upstreams,
+    headerPolicy: createHeaderPolicy(config.forward, Boolean(config.server?.tls)),
+    realm: config.server?.realm ?? 'portcullis',
+    maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
+    log: deps.log,
+    metrics: deps.metrics,
+    inflight: 0,
+    source: { authn, upstreams: upstreamSources },
+  }
+}
+
+/** What `retired` holds that `current` does not share: closed when the last request on `retired` ends. */
+export function retireWhenIdle(retired: GatewayRuntime, current: GatewayRuntime): void {
+  const close = () => {
+    retired.onIdle = undefined
+    const pools = [...retired.upstreams.values()].filter((upstream) => ![...current.upstreams.values()].includes(upstream))
+    void Promise.all([
+      ...pools.map((upstream) => upstream.pool?.close()),
+      retired.authenticator !== current.authenticator ? retired.authenticator.close() : undefined,
+    ]).catch((error: unknown) => retired.log.warn({ err: error }, 'closing a replaced runtime failed'))
+  }
+  if (retired.inflight === 0) close()
+  else retired.onIdle = close
+}
+
+/** Closes everything a runtime holds (shutdown). */
+export async function closeRuntime(runtime: GatewayRuntime): Promise<void> {
+  await Promise.all([...[...runtime.upstreams.values()].map((upstream) => upstream.pool?.close()), runtime.authenticator.close()])
+}
