@@ -1,19 +1,196 @@
 #!/usr/bin/env node
-/** `portcullis start | check | hash-secret | keys rotate` — `start` = loadConfigFile → buildGateway → listen. */
-import { existsSync } from 'node:fs'
-import { parseArgs } from 'node:util'
+/**
+ * `portcullis start | check | hash-secret | keys rotate` — `start` = runPortcullis (listen, reload on SIGHUP,
+ * drain on SIGTERM). Exit status 0 ok, 1 config or runtime error, 2 usage error; every error is one
+ * line on stderr (a bad config file: one line per problem), never a stack trace.
+ */
+import { existsSync, readFileSync } from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { ConfigError, loadConfigFile } from './config/load.js'
 import { configWarnings } from './config/lint.js'
 import { hashSecret } from './crypto/secret-hash.js'
 
-const USAGE = `usage: portcullis <command> [--config FILE]
+const DEFAULT_CONFIG = 'config/portcullis.yaml'
+
+/** A mistake on the command line: one line on stderr, exit status 2. */
+class UsageError extends Error {}
+
+type OptionName = 'config' | 'help' | 'version'
+const OPTIONS = {
+  config: { type: 'string', short: 'c' },
+  help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean' },
+} satisfies NonNullable<ParseArgsConfig['options']>
+
+const CONFIG_HELP = `  -c, --config FILE   the config file (default: $PORTCULLIS_CONFIG if set, else ${DEFAULT_CONFIG})`
+const HELP_HELP = '  -h, --help          print this help and exit'
+
+interface Command {
+  options: OptionName[]
+  /** Positional words, the command's name included. */
+  words: number
+  help: string
+}
+
+const COMMANDS: Record<string, Command> = {
+  start: {
+    options: ['config', 'help'],
+    words: 1,
+    help: `usage: portcullis start [--config FILE]
+
+Serve the gateway described by the config file: the proxy and the authorization server on server.listen,
+/metrics, /healthz and /readyz on admin.listen. SIGHUP, or the file changing on disk, reloads the config
+(an invalid one is logged and the old one kept). SIGTERM or SIGINT stop accepting connections, let requests
+in flight finish for up to server.shutdown_timeout (default 10s), and exit.
+
+options:
+${CONFIG_HELP}
+${HELP_HELP}
+
+exit status:
+  0  stopped by SIGTERM or SIGINT
+  1  the config file is invalid (one line per problem on stderr), or the gateway could not start
+     (e.g. a port in use, the store cannot be opened), or the shutdown failed
+  2  usage error`,
+  },
+  check: {
+    options: ['config', 'help'],
+    words: 1,
+    help: `usage: portcullis check [--config FILE]
+
+Validate the config file without starting anything. Prints warnings (insecure but legal settings) and
+"FILE: OK" on stdout, or every problem on stderr, one line each: FILE:LINE:COL  dotted.key: message.
+
+options:
+${CONFIG_HELP}
+${HELP_HELP}
+
+exit status:
+  0  the file is valid (warnings may have been printed)
+  1  the file is invalid or cannot be read
+  2  usage error`,
+  },
+  'hash-secret': {
+    options: ['help'],
+    words: 1,
+    help: `usage: portcullis hash-secret < secret.txt
+
+Read a secret on standard input (a trailing newline is dropped) and print a value for client_secret_hash
+or password_hash, alone on one line.
+
+options:
+${HELP_HELP}
+
+exit status:
+  0  the hash was printed
+  1  the secret is empty
+  2  usage error`,
+  },
+  'keys rotate': {
+    options: ['config', 'help'],
+    words: 2,
+    help: `usage: portcullis keys rotate [--config FILE]
+
+Publish new signing keys in the authorization server's store (sqlite or redis). They sign after
+signing.rotation_publish_delay; the old keys leave the JWKS once the tokens they signed have expired.
+Running gateways pick the new keys up from the store.
+
+options:
+${CONFIG_HELP}
+${HELP_HELP}
+
+exit status:
+  0  new keys were published
+  1  the config file is invalid, the authorization server is disabled or has a memory store,
+     or the store cannot be opened
+  2  usage error`,
+  },
+}
+
+const USAGE = `usage: portcullis <command> [options]
 
 commands:
-  start         serve the gateway described by the config file (default config/portcullis.yaml)
-  check         validate the config file: print every problem as FILE:LINE:COL  key: message, exit 1 if any
+  start         serve the gateway described by the config file
+  check         validate the config file: print every problem as FILE:LINE:COL  key: message
   hash-secret   read a secret on standard input, print a client_secret_hash / password_hash value
-  keys rotate   publish new signing keys in the authorization server's store; they sign after the
-                publish delay, and the old keys leave the JWKS once their tokens have expired`
+  keys rotate   publish new signing keys in the authorization server's store
+
+options:
+${CONFIG_HELP}
+  -h, --help          print the usage (of a command: portcullis start --help) and exit
+      --version       print the version and exit
+
+exit status:
+  0  success
+  1  the config file is invalid, or the command failed (details on stderr, one line each)
+  2  usage error: unknown command or option, missing or extra argument`
+
+interface Invocation {
+  name: string | undefined
+  command: Command | undefined
+  config: string
+  help: boolean
+  version: boolean
+}
+
+/** Finds the command, then parses strictly with the options that command takes. */
+function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Invocation {
+  const loose = parseArgs({ args: argv, options: OPTIONS, strict: false, allowPositionals: true })
+  const [first, second] = loose.positionals
+  // `keys` alone is `keys rotate` missing its verb: `portcullis keys --help` shows that command's help.
+  const name = first === 'keys' && (second === 'rotate' || second === undefined) ? 'keys rotate' : first
+  const command = name === undefined ? undefined : COMMANDS[name]
+  const scope = command ? `${name}: ` : 'portcullis: '
+  const seeHelp = command ? `(see portcullis ${name} --help)` : '(see portcullis --help)'
+  const allowed = command?.options ?? ['config', 'help', 'version']
+  let parsed
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: Object.fromEntries(['version', ...allowed].map((option) => [option, OPTIONS[option as OptionName]])),
+      strict: true,
+      allowPositionals: true,
+    })
+  } catch (error) {
+    const { code, message } = error as { code?: string; message: string }
+    if (!code?.startsWith('ERR_PARSE_ARGS_')) throw error
+    // Node's own text for an unknown option is a paragraph; ours is the option and where to look.
+    const unknown = /^Unknown option '([^']+)'/.exec(message)?.[1]
+    const problem = unknown ? `unknown option ${unknown}` : message.charAt(0).toLowerCase() + message.slice(1)
+    throw new UsageError(`${scope}${problem} ${seeHelp}`)
+  }
+  const values = parsed.values as Partial<Record<OptionName, string | boolean>>
+  const invocation: Invocation = {
+    name,
+    command,
+    config: (values.config as string | undefined) ?? (env.PORTCULLIS_CONFIG || DEFAULT_CONFIG),
+    help: values.help === true,
+    version: values.version === true,
+  }
+  if (invocation.help || invocation.version) return invocation
+  if (first === undefined) throw new UsageError(`portcullis: a command is required: start, check, hash-secret or keys rotate ${seeHelp}`)
+  if (first === 'keys' && (!command || parsed.positionals.length < command.words)) {
+    throw new UsageError(`portcullis: unknown keys command: ${parsed.positionals.slice(1).join(' ') || '(none)'}; the only one is keys rotate (see portcullis keys rotate --help)`)
+  }
+  if (!command) throw new UsageError(`portcullis: unknown command: ${first} ${seeHelp}`)
+  const extra = parsed.positionals.slice(command.words)
+  if (extra.length > 0) throw new UsageError(`${scope}unexpected argument: ${extra.join(' ')} ${seeHelp}`)
+  return invocation
+}
+
+/** package.json's version: the nearest portcullis package.json above this file (dist/cli.js → ../package.json, in the repo and the image). */
+function readVersion(): string {
+  for (let dir = path.dirname(fileURLToPath(import.meta.url)); ; dir = path.dirname(dir)) {
+    const file = path.join(dir, 'package.json')
+    if (existsSync(file)) {
+      const pkg = JSON.parse(readFileSync(file, 'utf8')) as { name?: unknown; version?: unknown }
+      if (pkg.name === 'portcullis' && typeof pkg.version === 'string') return pkg.version
+    }
+    if (path.dirname(dir) === dir) throw new Error('cannot find the package.json of portcullis to read the version from')
+  }
+}
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = []
@@ -21,7 +198,8 @@ async function readStdin(): Promise<string> {
   return Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, '')
 }
 
-const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error))
+/** stderr takes one line per error: a message with newlines in it is folded. */
+const oneLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).replace(/\s*\n\s*/g, ' ')
 
 /** `portcullis keys rotate`: checklist JW-05, done on the store the gateway uses; running gateways pick it up on reload. */
 async function rotateKeys(configFile: string): Promise<number> {
@@ -56,7 +234,7 @@ async function rotateKeys(configFile: string): Promise<number> {
     store = await openStore(settings)
     await store.ping()
   } catch (error) {
-    console.error(`keys rotate: cannot open the store at ${settings.store.path}: ${messageOf(error)}`)
+    console.error(`keys rotate: cannot open the store at ${settings.store.path}: ${oneLine(error)}`)
     await store?.close().catch(() => {})
     return 1
   }
@@ -77,30 +255,53 @@ async function rotateKeys(configFile: string): Promise<number> {
     console.log(`new keys sign from ${new Date(activatesAt).toISOString()}; retiring keys leave the JWKS at ${new Date(retiresAt).toISOString()}`)
     return 0
   } catch (error) {
-    console.error(`keys rotate: ${messageOf(error)}`)
+    console.error(`keys rotate: ${oneLine(error)}`)
     return 1
   } finally {
     await store.close()
   }
 }
 
-async function main(argv: string[]): Promise<number> {
-  const { positionals, values } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: { config: { type: 'string', short: 'c', default: 'config/portcullis.yaml' }, help: { type: 'boolean', short: 'h' } },
-  })
-  const [command] = positionals
-  if (values.help || !command) {
-    console.log(USAGE)
-    return command || values.help ? 0 : 2
+/** Serves until SIGTERM or SIGINT; resolves to -1 (keep running) once listening. */
+async function start(configFile: string): Promise<number> {
+  // Imported here so `check` and `hash-secret` do not load fastify, undici and jose.
+  const { runPortcullis } = await import('./server/run.js')
+  let running
+  try {
+    running = await runPortcullis(configFile)
+  } catch (error) {
+    console.error(error instanceof ConfigError ? error.message : `start: ${oneLine(error)}`)
+    // A listener opened before the failure (the public one, when the admin port is taken) would keep us alive.
+    process.exit(1)
   }
-  switch (command) {
+  process.on('SIGHUP', () => { void running.reload('SIGHUP') })
+  const stop = (signal: string) => {
+    running.shutdown(signal).then(() => process.exit(0), (error: unknown) => {
+      console.error(`start: shutdown failed: ${oneLine(error)}`)
+      process.exit(1)
+    })
+  }
+  process.once('SIGINT', stop)
+  process.once('SIGTERM', stop)
+  return -1
+}
+
+async function main(argv: string[]): Promise<number> {
+  const invocation = parseCommandLine(argv, process.env)
+  if (invocation.version) {
+    console.log(readVersion())
+    return 0
+  }
+  if (invocation.help) {
+    console.log(invocation.command?.help ?? USAGE)
+    return 0
+  }
+  switch (invocation.name) {
     case 'check': {
       try {
-        const config = loadConfigFile(values.config)
-        for (const warning of configWarnings(config)) console.log(`${values.config}: warning: ${warning}`)
-        console.log(`${values.config}: OK`)
+        const config = loadConfigFile(invocation.config)
+        for (const warning of configWarnings(config)) console.log(`${invocation.config}: warning: ${warning}`)
+        console.log(`${invocation.config}: OK`)
         return 0
       } catch (error) {
         if (!(error instanceof ConfigError)) throw error
@@ -108,28 +309,8 @@ async function main(argv: string[]): Promise<number> {
         return 1
       }
     }
-    case 'start': {
-      // Imported here so `check` and `hash-secret` do not load fastify, undici and jose.
-      const { runPortcullis } = await import('./server/run.js')
-      let running
-      try {
-        running = await runPortcullis(values.config)
-      } catch (error) {
-        if (!(error instanceof ConfigError)) throw error
-        console.error(error.message)
-        return 1
-      }
-      process.on('SIGHUP', () => { void running.reload('SIGHUP') })
-      const stop = (signal: string) => {
-        running.shutdown(signal).then(() => process.exit(0), (error: unknown) => {
-          console.error(`shutdown failed: ${messageOf(error)}`)
-          process.exit(1)
-        })
-      }
-      process.once('SIGINT', stop)
-      process.once('SIGTERM', stop)
-      return -1  // keep running
-    }
+    case 'start':
+      return start(invocation.config)
     case 'hash-secret': {
       const secret = await readStdin()
       if (secret === '') {
@@ -139,23 +320,17 @@ async function main(argv: string[]): Promise<number> {
       console.log(await hashSecret(secret))
       return 0
     }
-    case 'keys': {
-      if (positionals[1] !== 'rotate' || positionals.length > 2) {
-        console.error(`unknown keys command: ${positionals.slice(1).join(' ') || '(none)'}\n\n${USAGE}`)
-        return 2
-      }
-      return rotateKeys(values.config)
-    }
+    case 'keys rotate':
+      return rotateKeys(invocation.config)
     default:
-      console.error(`unknown command: ${command}\n\n${USAGE}`)
-      return 2
+      throw new Error(`no handler for the command ${invocation.name}`)
   }
 }
 
 main(process.argv.slice(2)).then(
   (code) => { if (code >= 0) process.exitCode = code },
   (error: unknown) => {
-    console.error(error instanceof Error ? error.message : error)
-    process.exitCode = 1
+    console.error(error instanceof UsageError ? error.message : `portcullis: ${oneLine(error)}`)
+    process.exitCode = error instanceof UsageError ? 2 : 1
   },
 )

@@ -9,6 +9,7 @@ import Fastify from 'fastify'
 import { SignJWT } from 'jose'
 import * as oauth from 'oauth4webapi'
 import { describe, expect, it, onTestFinished } from 'vitest'
+import { silentAudit } from '../src/audit/audit.js'
 import { ClientRegistry } from '../src/authserver/clients.js'
 import { Metrics } from '../src/metrics/metrics.js'
 import type { AuthServerContext, SigningAlgorithm } from '../src/authserver/context.js'
@@ -87,6 +88,7 @@ async function startAuthServer(options: StartOptions = {}): Promise<Started> {
     userCodeThrottle: unlimited,
     interactionThrottle: unlimited,
     metrics: new Metrics({ defaultMetrics: false }),
+    audit: silentAudit,
   }
   const paths = [...registerJwks(app, ctx), ...registerMetadata(app, ctx, { implemented: new Set(options.implemented ?? TODAY) })]
   await app.ready()

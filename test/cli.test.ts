@@ -1,10 +1,12 @@
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { verifySecret } from '../src/crypto/secret-hash.js'
-import { CLI, portcullis } from './support/cli.js'
-
+import { CLI, portcullis, spawnProcess, waitFor, type CliRun } from './support/cli.js'
+import { closedPort } from './support/upstream.js'
 
 function writeTemp(name: string, text: string): string {
   const file = path.join(mkdtempSync(path.join(tmpdir(), 'portcullis-cli-')), name)
@@ -180,17 +182,147 @@ describe('portcullis hash-secret', () => {
   })
 })
 
-describe('usage', () => {
-  it('exits 2 with the usage for an unknown command', async () => {
-    const run = await portcullis(['frobnicate'])
+describe('usage errors: exit 2, one line on stderr, nothing on stdout', () => {
+  const usageError = (run: CliRun, line: string | RegExp) => {
     expect(run.code).toBe(2)
-    expect(run.stderr).toMatch(/^unknown command: frobnicate\n\nusage: portcullis <command>/)
+    expect(run.stdout).toBe('')
+    expect(run.stderr.endsWith('\n')).toBe(true)
+    expect(run.stderr.trimEnd().split('\n')).toHaveLength(1)
+    expect(run.stderr.trimEnd()).toMatch(line)
+  }
+
+  it('an unknown command', async () => {
+    usageError(await portcullis(['frobnicate']), 'portcullis: unknown command: frobnicate (see portcullis --help)')
   })
 
-  it('exits 2 with the usage when no command is given', async () => {
-    const run = await portcullis([])
-    expect(run.code).toBe(2)
-    expect(run.stdout).toMatch(/^usage: portcullis <command>/)
+  it('no command', async () => {
+    usageError(await portcullis([]), /^portcullis: a command is required: start, check, hash-secret or keys rotate/)
+  })
+
+  it.each([
+    [['check', '--frobnicate'], 'check: unknown option --frobnicate (see portcullis check --help)'],
+    [['start', '--port', '80'], 'start: unknown option --port (see portcullis start --help)'],
+    [['keys', 'rotate', '-f'], 'keys rotate: unknown option -f (see portcullis keys rotate --help)'],
+    [['--frobnicate', 'check'], 'check: unknown option --frobnicate (see portcullis check --help)'],
+    [['--frobnicate'], 'portcullis: unknown option --frobnicate (see portcullis --help)'],
+  ])('an unknown option: portcullis %j', async (args, line) => {
+    usageError(await portcullis(args), line)
+  })
+
+  it('an option the command does not take (hash-secret reads no config)', async () => {
+    usageError(await portcullis(['hash-secret', '--config', 'x.yaml']), 'hash-secret: unknown option --config (see portcullis hash-secret --help)')
+  })
+
+  it('an option without its value', async () => {
+    usageError(await portcullis(['check', '--config']), /^check: option '-c, --config <value>' argument missing/)
+  })
+
+  it('an extra argument', async () => {
+    usageError(await portcullis(['check', 'config/portcullis.yaml']), 'check: unexpected argument: config/portcullis.yaml (see portcullis check --help)')
+    usageError(await portcullis(['keys', 'rotate', 'now']), 'keys rotate: unexpected argument: now (see portcullis keys rotate --help)')
+  })
+
+  it('keys without rotate, or with another verb', async () => {
+    usageError(await portcullis(['keys']), /^portcullis: unknown keys command: \(none\); the only one is keys rotate/)
+    usageError(await portcullis(['keys', 'list']), /^portcullis: unknown keys command: list; the only one is keys rotate/)
+  })
+})
+
+describe('--help and --version', () => {
+  it('--help prints every command and the exit statuses on stdout, exit 0', async () => {
+    for (const flag of ['--help', '-h']) {
+      const run = await portcullis([flag])
+      expect(run).toMatchObject({ code: 0, stderr: '' })
+      expect(run.stdout).toMatch(/^usage: portcullis <command>/)
+      for (const command of ['start', 'check', 'hash-secret', 'keys rotate']) expect(run.stdout).toContain(`\n  ${command} `)
+      expect(run.stdout).toMatch(/exit status:\n {2}0 .+\n {2}1 .+\n {2}2 {2}usage error/)
+    }
+  })
+
+  it.each([
+    [['start', '--help'], 'start [--config FILE]'],
+    [['check', '--help'], 'check [--config FILE]'],
+    [['hash-secret', '--help'], 'hash-secret < secret.txt'],
+    [['keys', 'rotate', '--help'], 'keys rotate [--config FILE]'],
+    [['keys', '--help'], 'keys rotate [--config FILE]'],
+    [['check', '-h', '--config', 'whatever.yaml'], 'check [--config FILE]'],
+  ])('portcullis %j prints that command\'s usage and exit statuses, exit 0', async (args, usage) => {
+    const run = await portcullis(args)
+    expect(run).toMatchObject({ code: 0, stderr: '' })
+    expect(run.stdout.split('\n')[0]).toBe(`usage: portcullis ${usage}`)
+    expect(run.stdout).toMatch(/\nexit status:\n {2}0 {2}.+\n {2}1 {2}.+(\n {5}.+)*\n {2}2 {2}usage error\n$/)
+  })
+
+  it('start --help does not start anything, even with a config that would', async () => {
+    const run = await portcullis(['start', '--help', '--config', 'config/portcullis.yaml'])
+    expect(run.code).toBe(0)
+    expect(run.stdout).toContain('SIGTERM')
+  })
+
+  it('--version prints the version of package.json, from any working directory', async () => {
+    const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string }
+    expect(await portcullis(['--version'])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' })
+    expect(await portcullis(['--version'], { cwd: tmpdir() })).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' })
+    expect(await portcullis(['start', '--version'])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' })
+  })
+})
+
+describe('PORTCULLIS_CONFIG', () => {
+  it('is the config file when no --config is given; --config wins over it', async () => {
+    const file = writeTemp('env-default.yaml', GOOD)
+    expect(await portcullis(['check'], { env: { PORTCULLIS_CONFIG: file } })).toEqual({ code: 0, stdout: `${file}: OK\n`, stderr: '' })
+    const run = await portcullis(['check', '--config', 'config/portcullis.yaml'], { env: { PORTCULLIS_CONFIG: '/nonexistent.yaml' } })
+    expect(run).toEqual({ code: 0, stdout: 'config/portcullis.yaml: OK\n', stderr: '' })
+  })
+})
+
+describe('portcullis start: exit statuses', () => {
+  const config = (port: number, adminPort: number) => `server:
+  listen: "127.0.0.1:${port}"
+admin:
+  listen: "127.0.0.1:${adminPort}"
+upstreams:
+  echo:
+    url: "builtin:echo"
+routes:
+  - id: all
+    path: "/**"
+    upstream: echo
+    auth: none
+log:
+  level: warn
+`
+
+  it('exits 1 with one line per problem for an invalid config', async () => {
+    const file = writeTemp('bad-start.yaml', 'upstreams: {}\nroutes: []\nserver:\n  listen: nowhere\n')
+    const run = await portcullis(['start', '--config', file])
+    expect(run.code).toBe(1)
+    expect(run.stdout).toBe('')
+    const lines = run.stderr.trimEnd().split('\n')
+    expect(lines.length).toBeGreaterThan(1)
+    for (const line of lines) expect(line).toMatch(new RegExp(`^${escape(file)}:\\d+:\\d+  `))
+  })
+
+  it('exits 1 with one line, no stack trace, when the admin port is taken (the public listener already open)', async ({ onTestFinished }) => {
+    const taken = http.createServer()
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve))
+    onTestFinished(() => new Promise<void>((resolve) => taken.close(() => resolve())))
+    const adminPort = (taken.address() as AddressInfo).port
+    const file = writeTemp('taken.yaml', config(await closedPort(), adminPort))
+    const run = await portcullis(['start', '--config', file])
+    expect(run.code).toBe(1)
+    expect(run.stderr).toBe(`start: listen EADDRINUSE: address already in use 127.0.0.1:${adminPort}\n`)
+  })
+
+  it('exits 0 on SIGTERM once it has drained', async ({ onTestFinished }) => {
+    const adminPort = await closedPort()
+    const file = writeTemp('serve.yaml', config(await closedPort(), adminPort))
+    const running = spawnProcess(process.execPath, [CLI, 'start', '--config', file], { env: { PATH: process.env.PATH } })
+    onTestFinished(() => running.kill())
+    await waitFor('/healthz', async () => (await fetch(`http://127.0.0.1:${adminPort}/healthz`)).status === 200)
+    running.child.kill('SIGTERM')
+    expect(await running.exited).toEqual({ code: 0, signal: null })
+    expect(running.output().stderr).toBe('')
   })
 })
 

@@ -50,7 +50,7 @@ async function start(context: TestContext, initial: Record<string, unknown>, opt
   write(initial)
   const logs: string[] = []
   const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
-  const running = await runPortcullis(file, { port: 0, adminPort: 0, watch: options.watch ?? true, logStream })
+  const running = await runPortcullis(file, { port: 0, adminPort: 0, watch: options.watch ?? true, logStream, auditStream: discard() })
   context.onTestFinished(() => running.shutdown('test'))
   const port = (running.gateway.server.address() as AddressInfo).port
   const adminPort = (running.admin!.server.address() as AddressInfo).port
@@ -62,6 +62,9 @@ async function fixtures(context: TestContext): Promise<{ upstream: RecordingUpst
   context.onTestFinished(async () => { await Promise.all([upstream.close(), issuer.close()]) })
   return { upstream, issuer }
 }
+
+/** The audit trail is audit.test.ts's business; here it only must not go to stdout. */
+const discard = () => new Writable({ write(_chunk, _encoding, callback) { callback() } })
 
 async function waitFor(check: () => Promise<boolean> | boolean, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs
@@ -171,7 +174,7 @@ describe('hot reload', () => {
     symlinkSync('..data/portcullis.yaml', path.join(dir, 'portcullis.yaml'))
     const logs: string[] = []
     const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
-    const running = await runPortcullis(path.join(dir, 'portcullis.yaml'), { port: 0, adminPort: 0, logStream })
+    const running = await runPortcullis(path.join(dir, 'portcullis.yaml'), { port: 0, adminPort: 0, logStream, auditStream: discard() })
     context.onTestFinished(() => running.shutdown('test'))
     const url = `http://127.0.0.1:${(running.gateway.server.address() as AddressInfo).port}`
     const read = await issuer.sign({ scope: 'orders:read' })

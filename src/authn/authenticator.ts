@@ -7,9 +7,9 @@
  */
 import type { FastifyBaseLogger } from 'fastify'
 import type { JWTVerifyGetKey } from 'jose'
-import type { Metrics } from '../metrics/metrics.js'
+import { UNKNOWN_ISSUER, ValidationCounts, type Metrics, type UnavailableReason, type ValidationMethod } from '../metrics/metrics.js'
 import type { CacheConfig, IssuerConfig } from '../config/schema.js'
-import { InvalidToken } from '../errors/oauth-errors.js'
+import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import { IntrospectionClient, type IntrospectionEntry } from './introspection.js'
 import { JwtIssuer, decodeUnverified, looksLikeJwt } from './jwt.js'
 import type { KeySetStats } from './jwks.js'
@@ -19,6 +19,8 @@ import { TokenCache, tokenHash, type CacheStats } from './token-cache.js'
 export interface JwtEntry {
   readonly principal: Principal
   readonly expiresAtMs: number
+  /** Where a cache hit is counted: its issuer's, found once at verification. */
+  readonly counts: ValidationCounts
 }
 
 /** What to drop from the caches: one token (raw or by its hash), or every token of a jti, subject or client. */
@@ -64,89 +66,138 @@ export interface AuthenticatorOptions {
   isRevoked?: RevocationCheck
 }
 
+/** How one issuer's tokens are checked, each way with where its verdicts are counted. */
 interface IssuerEntry {
-  readonly jwt: JwtIssuer | undefined
-  readonly introspection: IntrospectionClient | undefined
+  readonly jwt: { readonly verifier: JwtIssuer; readonly counts: ValidationCounts } | undefined
+  readonly introspection: Introspecting | undefined
+}
+
+interface Introspecting {
+  readonly client: IntrospectionClient
+  readonly counts: ValidationCounts
+}
+
+/** Filled in as a validation learns whose token it is; the issuer stays unknown until the config names it. */
+interface Attempt {
+  counts: ValidationCounts
 }
 
 const DEFAULT_MAX_ENTRIES = 100_000
 
 export class Authenticator {
   private readonly issuers = new Map<string, IssuerEntry>()
-  private readonly introspecting: IntrospectionClient[] = []
+  private readonly introspecting: Introspecting[] = []
   private readonly jwtCache: TokenCache<JwtEntry> | undefined
   private readonly introspectionCache: TokenCache<IntrospectionEntry>
   /** Distinguishes this issuer policy's JWT cache keys from any other's (STYLE: keyed on policy + token). */
   private readonly policyTag: string
   private readonly isRevoked: RevocationCheck | undefined
+  private readonly unknownJwt: ValidationCounts
+  private readonly unknownOpaque: ValidationCounts
+  private readonly embeddedCounts: ValidationCounts | undefined
 
   constructor(private readonly options: AuthenticatorOptions) {
-    const { issuers, cache, log, now } = options
+    const { issuers, cache, log, now, metrics } = options
+    // Without metrics, counted into objects nobody reads: the paths stay the same.
+    const countsOf = (issuer: string, method: ValidationMethod) =>
+      metrics?.validations(issuer, method) ?? new ValidationCounts(issuer, method)
+    this.unknownJwt = countsOf(UNKNOWN_ISSUER, 'jwt')
+    this.unknownOpaque = countsOf(UNKNOWN_ISSUER, 'introspection')
     const max = cache?.max_entries ?? DEFAULT_MAX_ENTRIES
     this.jwtCache = cache?.jwt === false ? undefined : new TokenCache<JwtEntry>('jwt', max, now)
     this.introspectionCache = new TokenCache<IntrospectionEntry>('introspection', max, now)
     this.policyTag = `${tokenHash(JSON.stringify(issuers)).slice(0, 16)}:`
     this.isRevoked = options.isRevoked
     const embedded = options.embedded
+    this.embeddedCounts = embedded && countsOf(embedded.policy.issuer, 'embedded')
     if (embedded) {
-      this.issuers.set(embedded.policy.issuer, { jwt: new JwtIssuer(embedded.policy, log, now, embedded.getKey), introspection: undefined })
+      const verifier = new JwtIssuer(embedded.policy, log, now, embedded.getKey)
+      this.issuers.set(embedded.policy.issuer, { jwt: { verifier, counts: this.embeddedCounts! }, introspection: undefined })
     }
     for (const config of issuers) {
       const hasKeys = config.jwks_uri !== undefined || config.jwks_file !== undefined || config.discovery === true
-      const introspection = config.introspection ? new IntrospectionClient(config, this.introspectionCache, now, log) : undefined
+      const introspection = config.introspection
+        ? { client: new IntrospectionClient(config, this.introspectionCache, now, log, metrics), counts: countsOf(config.issuer, 'introspection') }
+        : undefined
       if (introspection) this.introspecting.push(introspection)
-      this.issuers.set(config.issuer, { jwt: hasKeys ? new JwtIssuer(config, log, now) : undefined, introspection })
+      const jwt = hasKeys ? { verifier: new JwtIssuer(config, log, now), counts: countsOf(config.issuer, 'jwt') } : undefined
+      this.issuers.set(config.issuer, { jwt, introspection })
     }
   }
 
   /** Fetch every key set once in the background so the first request does not wait. */
   prefetch(): void {
-    for (const { jwt } of this.issuers.values()) jwt?.keySet?.prefetch()
+    for (const { jwt } of this.issuers.values()) jwt?.verifier.keySet?.prefetch()
   }
 
+  /** The token's principal, or the error to answer with; every verdict is counted (cache hits included). */
   async authenticate(token: string): Promise<Principal> {
     const hashOfToken = tokenHash(token)
-    const principal = looksLikeJwt(token)
-      ? await this.authenticateJwt(token, hashOfToken)
-      : await this.authenticateOpaque(token, hashOfToken)
-    if (this.isRevoked?.(principal, hashOfToken)) throw new InvalidToken('revoked')
+    const isJwt = looksLikeJwt(token)
+    const key = this.policyTag + hashOfToken
+    // The hot path: a hit costs one hash, one lookup and one increment (of a plain number); no decoding.
+    const hit = isJwt ? this.jwtCache?.get(key) : undefined
+    if (hit) return this.admit(hit.principal, hashOfToken, hit.counts)
+    const attempt: Attempt = { counts: isJwt ? this.unknownJwt : this.unknownOpaque }
+    let principal: Principal
+    try {
+      principal = isJwt
+        ? await this.authenticateJwt(token, hashOfToken, key, attempt)
+        : await this.authenticateOpaque(token, hashOfToken, attempt)
+    } catch (error) {
+      attempt.counts.refuse(reasonOf(error, attempt.counts.method))
+      throw error
+    }
+    return this.admit(principal, hashOfToken, attempt.counts)
+  }
+
+  /** A principal found valid, unless revoked since (checked on every request, cache hits included). */
+  private admit(principal: Principal, hashOfToken: string, counts: ValidationCounts): Principal {
     const embedded = this.options.embedded
-    if (embedded && principal.issuer === embedded.policy.issuer && embedded.isRevoked(principal)) throw new InvalidToken('revoked')
+    if (this.isRevoked?.(principal, hashOfToken) ||
+        (embedded && principal.issuer === embedded.policy.issuer && embedded.isRevoked(principal))) {
+      counts.refuse('revoked')
+      throw new InvalidToken('revoked', undefined, 'revoked')
+    }
+    counts.valid++
     return principal
   }
 
-  private async authenticateJwt(token: string, hashOfToken: string): Promise<Principal> {
-    // The hot path: a hit costs one hash and one lookup, no decoding.
-    const cache = this.jwtCache
-    const key = this.policyTag + hashOfToken
-    const hit = cache?.get(key)
-    if (hit) return hit.principal
+  private async authenticateJwt(token: string, hashOfToken: string, key: string, attempt: Attempt): Promise<Principal> {
     const { iss, header } = decodeUnverified(token)
     const issuer = typeof iss === 'string' ? this.issuers.get(iss) : undefined
-    if (!issuer) throw new InvalidToken('unknown_issuer')
-    if (!issuer.jwt) return issuer.introspection!.authenticate(token, hashOfToken)
-    const jwt = issuer.jwt
+    if (!issuer) throw new InvalidToken('unknown_issuer', undefined, 'unknown_issuer')
+    if (!issuer.jwt) {
+      const introspection = issuer.introspection!
+      attempt.counts = introspection.counts
+      return introspection.client.authenticate(token, hashOfToken)
+    }
+    const { verifier: jwt, counts } = issuer.jwt
+    attempt.counts = counts
+    const cache = this.jwtCache
     if (!cache) return jwt.verify(token, header)
     // load() caches the entry, unless an invalidation arrived while the verification ran.
     const entry = await cache.load(key, async (): Promise<JwtEntry> => {
       const principal = await jwt.verify(token, header)
       // RFC 9068 requires exp, and verify() insists on it: an entry never outlives the token.
-      return { principal, expiresAtMs: principal.expiresAt! * 1000 }
+      return { principal, expiresAtMs: principal.expiresAt! * 1000, counts }
     })
     return entry.principal
   }
 
-  private async authenticateOpaque(token: string, hashOfToken: string): Promise<Principal> {
+  private async authenticateOpaque(token: string, hashOfToken: string, attempt: Attempt): Promise<Principal> {
     // Contract: an opaque token goes first to the embedded issuer when it is one of its own.
     const embedded = this.options.embedded
     if (embedded?.ownsOpaque(token)) {
+      attempt.counts = this.embeddedCounts!
       const principal = await embedded.lookupOpaque(hashOfToken)
-      if (!principal) throw new InvalidToken('inactive')
+      if (!principal) throw new InvalidToken('inactive', undefined, 'inactive')
       return principal
     }
-    const client = this.introspecting.find((candidate) => candidate.accepts(token))
-    if (!client) throw new InvalidToken('no_introspecting_issuer')
-    return client.authenticate(token, hashOfToken)
+    const introspection = this.introspecting.find((candidate) => candidate.client.accepts(token))
+    if (!introspection) throw new InvalidToken('no_introspecting_issuer', undefined, 'unknown_issuer')
+    attempt.counts = introspection.counts
+    return introspection.client.authenticate(token, hashOfToken)
   }
 
   /** Drops matching entries from both caches at once; returns how many were dropped. */
@@ -155,7 +206,7 @@ export class Authenticator {
     const hashOfToken = selector.tokenHash ?? (selector.token !== undefined ? tokenHash(selector.token) : undefined)
     if (hashOfToken !== undefined) {
       if (this.jwtCache?.delete(this.policyTag + hashOfToken)) count++
-      for (const client of this.introspecting) if (this.introspectionCache.delete(client.cacheKey(hashOfToken))) count++
+      for (const { client } of this.introspecting) if (this.introspectionCache.delete(client.cacheKey(hashOfToken))) count++
     }
     const { jti, sub, client_id: clientId } = selector
     if (jti === undefined && sub === undefined && clientId === undefined) return count
@@ -173,7 +224,7 @@ export class Authenticator {
   }
 
   keySetStats(): KeySetStats[] {
-    return [...this.issuers.values()].flatMap(({ jwt }) => (jwt?.keySet ? [jwt.keySet.stats()] : []))
+    return [...this.issuers.values()].flatMap(({ jwt }) => (jwt?.verifier.keySet ? [jwt.verifier.keySet.stats()] : []))
   }
 
   /** Cache keys held now, for tests asserting no raw token is ever a key. */
@@ -182,7 +233,14 @@ export class Authenticator {
   }
 
   async close(): Promise<void> {
-    for (const { jwt } of this.issuers.values()) jwt?.keySet?.close()
-    await Promise.all(this.introspecting.map((client) => client.close()))
+    for (const { jwt } of this.issuers.values()) jwt?.verifier.keySet?.close()
+    await Promise.all(this.introspecting.map(({ client }) => client.close()))
   }
+}
+
+/** The bounded code an error is counted under (never its free-text detail). */
+function reasonOf(error: unknown, method: ValidationMethod): InvalidTokenReason | UnavailableReason {
+  if (error instanceof InvalidToken) return error.reason
+  if (error instanceof TemporarilyUnavailable) return method === 'introspection' ? 'introspection_unavailable' : 'keys_unavailable'
+  return 'internal_error'
 }

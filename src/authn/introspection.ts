@@ -9,19 +9,33 @@ import { Agent, request, type Dispatcher } from 'undici'
 import type { FastifyBaseLogger } from 'fastify'
 import type { IssuerConfig, IntrospectionConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
-import { InvalidToken, TemporarilyUnavailable } from '../errors/oauth-errors.js'
+import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
+import type { IntrospectionOutcome, IntrospectionRecorder, Metrics } from '../metrics/metrics.js'
 import { readScopes, type Principal } from './principal.js'
 import { tokenHash, type TokenCache } from './token-cache.js'
 
-/** A cached introspection answer: a principal, or the reason the token was refused. */
+/** A cached introspection answer: a principal, or why the token was refused (logged, and counted). */
 export type IntrospectionEntry =
   | { readonly active: true; readonly principal: Principal; readonly expiresAtMs: number }
-  | { readonly active: false; readonly reason: string; readonly expiresAtMs: number }
+  | { readonly active: false; readonly detail: string; readonly reason: InvalidTokenReason; readonly expiresAtMs: number }
 
 const MAX_RESPONSE_BYTES = 64 * 1024
 
 /** The endpoint answered, but with more than we read: an answer we refuse, not an endpoint that is down. */
 class OversizedAnswer extends Error {}
+
+/** undici's own timeouts, and AbortSignal.timeout's (a DOMException named TimeoutError). */
+const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'])
+
+function failureOutcome(error: unknown): IntrospectionOutcome {
+  const { name, code } = error as { name?: unknown; code?: unknown }
+  return name === 'TimeoutError' || (typeof code === 'string' && TIMEOUT_CODES.has(code)) ? 'timeout' : 'error'
+}
+
+/** The endpoint answered with nothing we can use: refused (401), not cached. */
+function badResponse(detail: string, cause?: unknown): InvalidToken {
+  return new InvalidToken(detail, cause, 'bad_introspection_response')
+}
 
 /** RFC 6749 §2.3.1: client_id and secret are form-encoded before they are joined for Basic. */
 function basicCredentials(clientId: string, secret: string): string {
@@ -45,10 +59,12 @@ export class IntrospectionClient {
   private readonly authorization: string | undefined
   private readonly dispatcher: Agent
   private readonly audience: readonly string[]
+  private readonly record: IntrospectionRecorder
 
   constructor(issuer: IssuerConfig, private readonly cache: TokenCache<IntrospectionEntry>,
-    private readonly now: () => number, private readonly log: FastifyBaseLogger) {
+    private readonly now: () => number, private readonly log: FastifyBaseLogger, metrics?: Metrics) {
     this.issuer = issuer.issuer
+    this.record = metrics?.introspectionRecorder(issuer.issuer) ?? (() => undefined)
     this.config = issuer.introspection!
     this.audience = issuer.audience
     // RFC 7662 §4: the cache key names the issuer too, so two issuers never share an answer.
@@ -82,11 +98,28 @@ export class IntrospectionClient {
     const key = this.cacheKey(hashOfToken)
     // getOrLoad caches the answer, unless the token was invalidated while the endpoint was answering.
     const entry = await this.cache.getOrLoad(key, () => this.introspect(token))
-    if (!entry.active) throw new InvalidToken(entry.reason)
+    if (!entry.active) throw new InvalidToken(entry.detail, undefined, entry.reason)
     return entry.principal
   }
 
+  /** One call to the endpoint (a cache miss), counted and timed whatever it comes to. */
   private async introspect(token: string): Promise<IntrospectionEntry> {
+    const started = performance.now()
+    let outcome: IntrospectionOutcome = 'error'
+    try {
+      const entry = await this.call(token)
+      // What the endpoint said: any refusal but `inactive` is one of our own checks of an active answer.
+      outcome = !entry.active && entry.reason === 'inactive' ? 'inactive' : 'active'
+      return entry
+    } catch (error) {
+      if (error instanceof TemporarilyUnavailable) outcome = failureOutcome(error.internal.cause)
+      throw error
+    } finally {
+      this.record(outcome, (performance.now() - started) / 1000)
+    }
+  }
+
+  private async call(token: string): Promise<IntrospectionEntry> {
     const form = new URLSearchParams({ token, token_type_hint: 'access_token' })
     if (!this.authorization) {
       form.set('client_id', this.config.client_id)
@@ -108,21 +141,21 @@ export class IntrospectionClient {
       })
       text = await readLimited(response.body)
     } catch (error) {
-      if (error instanceof OversizedAnswer) throw new InvalidToken('introspection_too_large', error)
+      if (error instanceof OversizedAnswer) throw badResponse('introspection_too_large', error)
       this.log.warn({ issuer: this.issuer, err: { message: (error as Error).message, code: (error as { code?: string }).code } },
         'introspection endpoint unreachable')
       throw new TemporarilyUnavailable('introspection_unavailable', 1, error)
     }
     // Not cached: the endpoint failing is not an answer about the token.
-    if (response.statusCode !== 200) throw new InvalidToken(`introspection_status_${response.statusCode}`)
+    if (response.statusCode !== 200) throw badResponse(`introspection_status_${response.statusCode}`)
     let body: Record<string, unknown>
     try {
       body = JSON.parse(text) as Record<string, unknown>
     } catch (error) {
-      throw new InvalidToken('introspection_malformed', error)
+      throw badResponse('introspection_malformed', error)
     }
     if (body === null || typeof body !== 'object' || typeof body.active !== 'boolean') {
-      throw new InvalidToken('introspection_malformed')
+      throw badResponse('introspection_malformed')
     }
     return this.judge(body)
   }
@@ -130,7 +163,8 @@ export class IntrospectionClient {
   /** RFC 7662 §2.2 answer → a cache entry; our own checks run even when the server says active. */
   private judge(body: Record<string, unknown>): IntrospectionEntry {
     const nowMs = this.now()
-    const refuse = (reason: string): IntrospectionEntry => ({ active: false, reason, expiresAtMs: nowMs + this.negativeTtlMs })
+    const refuse = (reason: InvalidTokenReason, detail: string = reason): IntrospectionEntry =>
+      ({ active: false, detail, reason, expiresAtMs: nowMs + this.negativeTtlMs })
     if (body.active !== true) return refuse('inactive')
     const exp = body.exp
     if (exp !== undefined && typeof exp !== 'number') return refuse('bad_claim')
@@ -138,7 +172,7 @@ export class IntrospectionClient {
     if (body.iss !== undefined && body.iss !== this.issuer) return refuse('wrong_issuer')
     if (body.aud !== undefined && !audienceMatches(body.aud, this.audience)) return refuse('wrong_audience')
     const scopes = body.scope === undefined ? [] : typeof body.scope === 'string' ? readScopes(body, 'scope') : undefined
-    if (!scopes) return refuse('bad_scope_claim')
+    if (!scopes) return refuse('bad_claim', 'bad_scope_claim')
     const clientId = body.client_id
     const principal: Principal = {
       issuer: this.issuer,

@@ -10,15 +10,39 @@ import { pathToFileURL } from 'node:url'
 import type { FastifyBaseLogger } from 'fastify'
 import type { IssuerConfig, JwsAlgorithm } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
-import { InvalidToken, TemporarilyUnavailable } from '../errors/oauth-errors.js'
+import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import { KeySetUnavailable, RemoteKeySet } from './jwks.js'
 import { readScopes, type Principal } from './principal.js'
 
-/** The reason codes logged (and later counted) for a rejected JWT. */
+/** The reason codes logged for a rejected JWT. */
 export type JwtRejection =
   | 'malformed' | 'unknown_issuer' | 'expired' | 'not_yet_valid' | 'issued_in_future' | 'wrong_audience'
   | 'wrong_typ' | 'missing_claim' | 'bad_claim' | 'bad_signature' | 'unknown_kid' | 'algorithm_not_allowed'
   | 'crit_header' | 'bad_scope_claim'
+
+/** Each logged rejection as the coarser code it is counted under (docs/metrics.md, token validations). */
+const COUNTED_AS: Readonly<Record<JwtRejection, InvalidTokenReason>> = {
+  malformed: 'malformed',
+  unknown_issuer: 'unknown_issuer',
+  expired: 'expired',
+  not_yet_valid: 'not_yet_valid',
+  issued_in_future: 'not_yet_valid',
+  wrong_audience: 'wrong_audience',
+  wrong_typ: 'wrong_type',
+  missing_claim: 'bad_claim',
+  bad_claim: 'bad_claim',
+  bad_signature: 'bad_signature',
+  unknown_kid: 'unknown_kid',
+  algorithm_not_allowed: 'disallowed_algorithm',
+  // RFC 7515 §4.1.11: a header we must understand and do not is as unusable as one that does not decode.
+  crit_header: 'malformed',
+  bad_scope_claim: 'bad_claim',
+}
+
+/** The InvalidToken for a rejection: the precise code as its detail, the counted one as its reason. */
+function rejectJwt(rejection: JwtRejection, cause?: unknown): InvalidToken {
+  return new InvalidToken(rejection, cause, COUNTED_AS[rejection])
+}
 
 export const DEFAULT_ALGORITHMS: readonly JwsAlgorithm[] = ['RS256', 'ES256', 'EdDSA', 'PS256']
 
@@ -55,7 +79,7 @@ export class JwtIssuer {
 
   async verify(token: string, header: ProtectedHeaderParameters): Promise<Principal> {
     // RFC 7515 §4.1.11: we understand no extension, so any `crit` makes the token unacceptable.
-    if (header.crit !== undefined) throw new InvalidToken('crit_header')
+    if (header.crit !== undefined) throw rejectJwt('crit_header')
     const nowSeconds = Math.floor(this.now() / 1000)
     const options: JWTVerifyOptions = {
       issuer: this.config.issuer,
@@ -71,15 +95,15 @@ export class JwtIssuer {
       payload = await verifyWithKeySet(token, this.getKey, options)
     } catch (error) {
       if (error instanceof KeySetUnavailable) throw new TemporarilyUnavailable(error.message, error.retryAfterSeconds, error)
-      throw new InvalidToken(rejectionOf(error), error)
+      throw rejectJwt(rejectionOf(error), error)
     }
     // jose checks `iat` only with maxTokenAge; a token issued in the future (beyond skew) is refused too.
-    if (payload.iat !== undefined && typeof payload.iat !== 'number') throw new InvalidToken('bad_claim')
+    if (payload.iat !== undefined && typeof payload.iat !== 'number') throw rejectJwt('bad_claim')
     if (typeof payload.iat === 'number' && payload.iat > nowSeconds + this.skewSeconds) {
-      throw new InvalidToken('issued_in_future')
+      throw rejectJwt('issued_in_future')
     }
     const scopes = readScopes(payload as Record<string, unknown>, this.config.scope_claim)
-    if (!scopes) throw new InvalidToken('bad_scope_claim')
+    if (!scopes) throw rejectJwt('bad_scope_claim')
     const clientId = payload.client_id ?? payload.azp
     return {
       issuer: this.config.issuer,
@@ -146,6 +170,6 @@ export function decodeUnverified(token: string): { iss: unknown; header: Protect
   try {
     return { iss: decodeJwt(token).iss, header: decodeProtectedHeader(token) }
   } catch (error) {
-    throw new InvalidToken('malformed', error)
+    throw rejectJwt('malformed', error)
   }
 }

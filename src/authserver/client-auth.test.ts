@@ -1,3 +1,4 @@
+import { silentAudit } from '../audit/audit.js'
 import { describe, expect, it } from 'vitest'
 import type { FastifyRequest } from 'fastify'
 import type { ClientConfig } from '../config/schema.js'
@@ -121,7 +122,7 @@ const SECRET = 'a-long-enough-client-secret'
 async function contextWith(clients: ClientConfig[], throttling = { failures_per_client: 3, failures_per_ip: 5, window: '1m' }): Promise<AuthServerContext> {
   const settings = resolveSettings({ enabled: true, issuer: 'https://as.example', clients, throttling })
   // Only the parts client authentication reads; each of them is the real thing.
-  return { settings, clients: new ClientRegistry(clients), throttle: createThrottle(settings) } as Partial<AuthServerContext> as AuthServerContext
+  return { settings, clients: new ClientRegistry(clients), throttle: createThrottle(settings), audit: silentAudit } as Partial<AuthServerContext> as AuthServerContext
 }
 
 const confidentialBasic: ClientConfig = { client_id: 'conf-basic', client_secret: SECRET, token_endpoint_auth_method: 'client_secret_basic', grant_types: ['client_credentials'], scopes: [] }
@@ -272,7 +273,7 @@ describe('authenticateClient', async () => {
         }
         : Reflect.get(target, name)),
     })
-    const ctx = { settings, clients: counting, throttle: createThrottle(settings) } as Partial<AuthServerContext> as AuthServerContext
+    const ctx = { settings, clients: counting, throttle: createThrottle(settings), audit: silentAudit } as Partial<AuthServerContext> as AuthServerContext
     await rejection(authenticateClient(request(basic('conf-basic', 'wrong')), form(), ctx))
     expect(verifications).toBe(1)
     expect(await rejection(authenticateClient(request(basic('conf-basic', SECRET)), form(), ctx))).toBeInstanceOf(TooManyAttempts)

@@ -4,6 +4,7 @@
  * only through RegisteredClient.verifySecret (constant time, G-10); failures are throttled (CA-09).
  */
 import type { FastifyRequest } from 'fastify'
+import type { AuditEvents } from '../audit/audit.js'
 import { InvalidClient, InvalidRequest } from '../errors/oauth-errors.js'
 import type { ClientAuthMethod, RegisteredClient } from './clients.js'
 import type { AuthServerContext } from './context.js'
@@ -81,18 +82,27 @@ function presentedCredentials(header: string | undefined, form: Form): Presented
   return { method: 'none', clientId: bodyId, usedAuthorizationHeader: false }
 }
 
-async function verifyClient(presented: PresentedCredentials, ctx: AuthServerContext): Promise<RegisteredClient> {
+type FailureReason = AuditEvents['client.authentication_failed']['reason']
+
+/** Why authentication failed, for the audit line, and the error the client gets. */
+interface Refusal {
+  readonly reason: FailureReason
+  readonly error: InvalidClient
+}
+
+async function verifyClient(presented: PresentedCredentials, ctx: AuthServerContext): Promise<RegisteredClient | Refusal> {
   const { clientId, clientSecret, usedAuthorizationHeader: header } = presented
+  const refuse = (reason: FailureReason, detail: string, challenge = header): Refusal => ({ reason, error: new InvalidClient(challenge, detail) })
   const client = ctx.clients.find(clientId)
-  if (!client) throw new InvalidClient(header, `unknown client ${JSON.stringify(clientId.slice(0, 64))}`)
+  if (!client) return refuse('unknown_client', `unknown client ${JSON.stringify(clientId.slice(0, 64))}`)
   if (!client.confidential) {
     // CA-06/CA-07: a public client only names itself; a secret (Basic, even an empty one) is refused.
-    if (presented.method !== 'none') throw new InvalidClient(header, `public client ${clientId} sent a secret`)
+    if (presented.method !== 'none') return refuse('public_client_sent_secret', `public client ${clientId} sent a secret`)
     return client
   }
-  if (clientSecret === undefined) throw new InvalidClient(false, `confidential client ${clientId} sent no secret`)
+  if (clientSecret === undefined) return refuse('no_secret', `confidential client ${clientId} sent no secret`, false)
   // CA-04: basic and post are both accepted whichever one the client registered.
-  if (!(await client.verifySecret(clientSecret))) throw new InvalidClient(header, `wrong secret for client ${clientId}`)
+  if (!(await client.verifySecret(clientSecret))) return refuse('wrong_secret', `wrong secret for client ${clientId}`)
   return client
 }
 
@@ -103,6 +113,10 @@ async function verifyClient(presented: PresentedCredentials, ctx: AuthServerCont
  */
 export async function authenticateClient(request: FastifyRequest, form: Form, ctx: AuthServerContext): Promise<RegisteredClient> {
   const ipKey = `ip:${request.ip}`
+  const audit = (reason: FailureReason, presented?: PresentedCredentials) => ctx.audit.emit('client.authentication_failed', {
+    ...(presented && { client_id: presented.clientId.slice(0, 64), method: presented.method }),
+    reason, endpoint: request.url?.split('?', 1)[0], ip: request.ip, req_id: request.id,
+  })
   let presented: PresentedCredentials
   try {
     presented = presentedCredentials(request.headers.authorization, form)
@@ -110,14 +124,21 @@ export async function authenticateClient(request: FastifyRequest, form: Form, ct
     // Nothing names a client: only the source address is checked and charged.
     await ctx.throttle.check([ipKey])
     await ctx.throttle.fail([ipKey])
+    const assertion = form.has('client_assertion') || form.has('client_assertion_type')
+    audit(!(error instanceof InvalidClient) ? 'malformed_credentials' : assertion ? 'unsupported_method' : 'no_client_id')
     throw error
   }
   const keys = [`client:${presented.clientId}`, ipKey]
   await ctx.throttle.check(keys)
+  let verified: RegisteredClient | Refusal
   try {
-    return await verifyClient(presented, ctx)
+    verified = await verifyClient(presented, ctx)
   } catch (error) {
     await ctx.throttle.fail(keys)
     throw error
   }
+  if (!('reason' in verified)) return verified
+  await ctx.throttle.fail(keys)
+  audit(verified.reason, presented)
+  throw verified.error
 }

@@ -1,6 +1,7 @@
 /** Everything an endpoint or grant of the embedded server needs, built once by createAuthServer. */
 import type { FastifyBaseLogger } from 'fastify'
 import type { JSONWebKeySet, JWTVerifyGetKey, CryptoKey } from 'jose'
+import type { AuditLog } from '../audit/audit.js'
 import type { Metrics } from '../metrics/metrics.js'
 import type { ClientRegistry } from './clients.js'
 import type { AuthServerSettings } from './settings.js'
@@ -54,4 +55,6 @@ export interface AuthServerContext {
   readonly now: () => number
   readonly log: FastifyBaseLogger
   readonly metrics: Metrics
+  /** Security events (docs/audit.md): issued and revoked tokens, failed authentications, replays, lockouts. */
+  readonly audit: AuditLog
 }

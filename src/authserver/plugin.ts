@@ -10,6 +10,7 @@ import formbody from '@fastify/formbody'
 import type { EmbeddedIssuer } from '../authn/authenticator.js'
 import type { Principal } from '../authn/principal.js'
 import type { AuthorizationServerConfig } from '../config/schema.js'
+import { silentAudit, type AuditLog } from '../audit/audit.js'
 import { Metrics } from '../metrics/metrics.js'
 import { InvalidRequest, ServerError } from '../errors/oauth-errors.js'
 import { ClientRegistry } from './clients.js'
@@ -28,7 +29,7 @@ import { KeyManager, keyRetirementSeconds } from './keys.js'
 import { RevocationList } from './revocations.js'
 import { resolveSettings } from './settings.js'
 import { openStore } from './store.js'
-import { createThrottle, INTERACTION_LIMITS, USER_CODE_LIMITS } from './throttle.js'
+import { createThrottle, INTERACTION_LIMITS, USER_CODE_LIMITS, type ThrottleEngaged } from './throttle.js'
 import { cookieOptions } from './browser/session.js'
 import { registerAuthorize } from './endpoints/authorize.js'
 import { registerConsent } from './endpoints/consent.js'
@@ -56,6 +57,8 @@ export interface AuthServerOptions {
   now?: () => number
   /** Where tokens issued and token endpoint errors are counted. */
   metrics?: Metrics
+  /** Where security events go (the gateway's `audit.output`); none by default. */
+  audit?: AuditLog
 }
 
 function principalOf(record: StoredAccessToken, issuer: string): Principal {
@@ -95,6 +98,9 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   })
   const revocations = new RevocationList(store, now)
   await revocations.load()
+  const audit = options.audit ?? silentAudit
+  const onEngaged: ThrottleEngaged = ({ throttle, key, retryAfterSeconds }) =>
+    audit.emit('throttle.engaged', { throttle, key, retry_after: retryAfterSeconds })
   const ctx: AuthServerContext = {
     settings,
     store,
@@ -103,12 +109,13 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     users: new UserDirectory(config.users ?? []),
     tokens: new TokenService(settings, keys, store, now),
     revocations,
-    throttle: createThrottle(settings),
-    userCodeThrottle: createThrottle(USER_CODE_LIMITS, undefined, 'user-codes'),
-    interactionThrottle: createThrottle(INTERACTION_LIMITS, undefined, 'interactions'),
+    throttle: createThrottle(settings, undefined, 'failures', onEngaged),
+    userCodeThrottle: createThrottle(USER_CODE_LIMITS, undefined, 'user-codes', onEngaged),
+    interactionThrottle: createThrottle(INTERACTION_LIMITS, undefined, 'interactions', onEngaged),
     now,
     log,
     metrics: options.metrics ?? new Metrics({ defaultMetrics: false }),
+    audit,
   }
   const paths: string[] = []
   await app.register(async (scope) => {

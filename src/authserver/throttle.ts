@@ -39,8 +39,12 @@ export const USER_CODE_LIMITS: ThrottleLimits = { failuresPerClient: 5, failures
  */
 export const INTERACTION_LIMITS: ThrottleLimits = { failuresPerClient: 300, failuresPerIp: 300, throttleWindowSeconds: 60 }
 
+/** Told when a key has just used up its allowance: once per lockout (the audit event `throttle.engaged`). */
+export type ThrottleEngaged = (engaged: { throttle: string; key: string; retryAfterSeconds: number }) => void
+
 /** `name` keeps the counters of two throttles apart in a shared limiter store. */
-export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterFactory = memoryLimiter, name = 'failures'): Throttle {
+export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterFactory = memoryLimiter, name = 'failures',
+  onEngaged?: ThrottleEngaged): Throttle {
   // Limiters count in whole seconds; a sub-second window would never hold a failure.
   const duration = Math.max(1, Math.ceil(settings.throttleWindowSeconds))
   // `client:`, `user:` and `session:` keys name one identity an attacker guesses for; `ip:` keys one source,
@@ -74,7 +78,16 @@ export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterF
     async fail(keys) {
       // penalty() counts without rejecting past the limit. A limiter store outage must not turn the
       // caller's 400/401 into a 500, so it is swallowed here; the next check() surfaces it.
-      await Promise.all(keys.map((key) => limiterFor(key).penalty(key, 1).catch(() => undefined)))
+      await Promise.all(keys.map((key) => {
+        const limiter = limiterFor(key)
+        return limiter.penalty(key, 1).then((state) => {
+          // The failure that uses up the allowance starts the lockout. Counts only grow within a window, so this
+          // is once per lockout, whichever replica counted it, however many refused requests follow.
+          if (state.consumedPoints === limiter.points) {
+            onEngaged?.({ throttle: name, key, retryAfterSeconds: Math.max(1, Math.ceil(state.msBeforeNext / 1000)) })
+          }
+        }).catch(() => undefined)
+      }))
     },
   }
 }

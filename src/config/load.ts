@@ -211,6 +211,7 @@ function substituteEnv(value: unknown, at: (string | number)[], env: NodeJS.Proc
 /** Contract: relative file paths resolve against the config file's directory. */
 function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
   const resolve = (file: string) => path.resolve(baseDir, file)
+  const resolveOutput = (output: string) => (output === 'stdout' ? output : resolve(output))
   const tls = config.server?.tls
   return {
     ...config,
@@ -223,6 +224,12 @@ function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
       authorization_server: {
         ...config.authorization_server,
         store: { ...config.authorization_server.store, path: resolve(config.authorization_server.store.path) },
+      },
+    }),
+    ...(config.audit?.output !== undefined && {
+      audit: {
+        ...config.audit,
+        output: typeof config.audit.output === 'string' ? resolveOutput(config.audit.output) : config.audit.output.map(resolveOutput),
       },
     }),
     ...(config.issuers && {

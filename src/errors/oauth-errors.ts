@@ -48,11 +48,20 @@ export class MalformedRequest extends GatewayError {
   readonly code = 'invalid_request'
   readonly status = 400
 }
+/**
+ * Why a token was refused, as a bounded code: the `reason` label of portcullis_token_validations_total
+ * (docs/metrics.md), where `detail` stays free text for the log.
+ */
+export type InvalidTokenReason =
+  | 'malformed' | 'unknown_issuer' | 'expired' | 'not_yet_valid' | 'bad_signature' | 'unknown_kid'
+  | 'disallowed_algorithm' | 'wrong_audience' | 'wrong_issuer' | 'wrong_type' | 'bad_claim' | 'inactive'
+  | 'revoked' | 'bad_introspection_response' | 'other'
+
 export class InvalidToken extends GatewayError {
   readonly code = 'invalid_token'
   readonly status = 401
   override readonly challenge = true
-  constructor(detail: string, cause?: unknown) {
+  constructor(detail: string, cause?: unknown, readonly reason: InvalidTokenReason = 'other') {
     super('the access token is invalid or expired', { detail, cause })
   }
 }

@@ -7,6 +7,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import type { CacheStats } from '../authn/token-cache.js'
 import type { KeySetStats } from '../authn/jwks.js'
+import type { InvalidTokenReason } from '../errors/oauth-errors.js'
 
 /** What happened to a request on the proxy path (the `decision` label). */
 export type Decision =
@@ -19,6 +20,40 @@ export type Decision =
 
 /** How a token was validated (the `method` label). */
 export type ValidationMethod = 'jwt' | 'introspection' | 'embedded'
+
+/** Why a token could not be checked at all (result `unavailable`), as opposed to refused (result `invalid`). */
+export type UnavailableReason = 'keys_unavailable' | 'introspection_unavailable' | 'internal_error'
+
+const UNAVAILABLE: ReadonlySet<string> = new Set<UnavailableReason>(['keys_unavailable', 'introspection_unavailable', 'internal_error'])
+
+/**
+ * The `issuer` label of a token whose issuer is not configured (or that does not decode far enough to
+ * name one): never the token's own `iss`, which a client could make up.
+ */
+export const UNKNOWN_ISSUER = 'unknown'
+
+/** What one call to an introspection endpoint came to (the `outcome` label). */
+export type IntrospectionOutcome = 'active' | 'inactive' | 'error' | 'timeout'
+
+const INTROSPECTION_OUTCOMES: readonly IntrospectionOutcome[] = ['active', 'inactive', 'error', 'timeout']
+
+/**
+ * The validations of one (issuer, method), counted in plain numbers: a JWT cache hit pays one increment,
+ * with no label object and no label hash built; {@link Metrics} exports them on scrape.
+ */
+export class ValidationCounts {
+  /** Result `valid`, reason `ok` (cache hits included). */
+  valid = 0
+  readonly refused = new Map<InvalidTokenReason | UnavailableReason, number>()
+  constructor(readonly issuer: string, readonly method: ValidationMethod) {}
+
+  refuse(reason: InvalidTokenReason | UnavailableReason): void {
+    this.refused.set(reason, (this.refused.get(reason) ?? 0) + 1)
+  }
+}
+
+/** Records one introspection call: its outcome and how long it took. */
+export type IntrospectionRecorder = (outcome: IntrospectionOutcome, seconds: number) => void
 
 /** Methods a route can name; anything else is counted as OTHER, so a client cannot add label values. */
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
@@ -35,10 +70,12 @@ export interface GatewayStats {
 export class Metrics {
   readonly registry = new Registry()
   private stats: GatewayStats | undefined
+  /** By method and issuer; kept across reloads, so the counters never go back. */
+  private readonly validationCounts = new Map<string, ValidationCounts>()
 
   readonly requests = new Counter({
     name: 'portcullis_requests_total',
-    help: 'Requests on the proxy path, by route id, method, status code and decision.',
+    help: 'Requests on the proxy path, by route id, method, status code, decision and reason (the error code answered).',
     labelNames: ['route', 'method', 'status', 'decision', 'reason'] as const,
     registers: [this.registry],
   })
@@ -58,9 +95,10 @@ export class Metrics {
   })
   readonly tokenValidations = new Counter({
     name: 'portcullis_token_validations_total',
-    help: 'Token validations, by issuer, method (jwt, introspection, embedded), result (valid, invalid) and reason.',
+    help: 'Tokens checked on the proxy path (cache hits included), by issuer, method (jwt, introspection, embedded), result (valid, invalid, unavailable) and reason.',
     labelNames: ['issuer', 'method', 'result', 'reason'] as const,
     registers: [this.registry],
+    collect: () => this.collectValidations(),
   })
   readonly jwksFetches = new Counter({
     name: 'portcullis_jwks_fetches_total',
@@ -167,11 +205,49 @@ export class Metrics {
     this.requestDuration.observe({ route }, seconds)
   }
 
+  /**
+   * Where the validations of one issuer by one method are counted: the same object for the life of the
+   * process, so an authenticator rebuilt by a reload counts on where the last one stopped.
+   */
+  validations(issuer: string, method: ValidationMethod): ValidationCounts {
+    const key = `${method} ${issuer}`
+    let counts = this.validationCounts.get(key)
+    if (!counts) {
+      counts = new ValidationCounts(issuer, method)
+      this.validationCounts.set(key, counts)
+    }
+    return counts
+  }
+
+  /** Counts the calls to one issuer's introspection endpoint (every outcome starts at 0, so rate() sees it). */
+  introspectionRecorder(issuer: string): IntrospectionRecorder {
+    const calls = new Map(INTROSPECTION_OUTCOMES.map((outcome) => {
+      this.introspections.inc({ issuer, outcome }, 0)
+      return [outcome, this.introspections.labels({ issuer, outcome })] as const
+    }))
+    const duration = this.introspectionDuration.labels({ issuer })
+    return (outcome, seconds) => {
+      calls.get(outcome)!.inc()
+      duration.observe(seconds)
+    }
+  }
+
   /** The configuration now in use, by the hash of its file. */
   setConfig(sha256: string, loadedAtMs: number): void {
     this.configInfo.reset()
     this.configInfo.set({ sha256 }, 1)
     this.configLoaded.set(loadedAtMs / 1000)
+  }
+
+  private collectValidations(): void {
+    this.tokenValidations.reset()
+    for (const { issuer, method, valid, refused } of this.validationCounts.values()) {
+      // A token of no configured issuer is never valid: no such series, rather than one stuck at 0.
+      if (issuer !== UNKNOWN_ISSUER) this.tokenValidations.inc({ issuer, method, result: 'valid', reason: 'ok' }, valid)
+      for (const [reason, count] of refused) {
+        this.tokenValidations.inc({ issuer, method, result: UNAVAILABLE.has(reason) ? 'unavailable' : 'invalid', reason }, count)
+      }
+    }
   }
 
   private collectCaches(): void {

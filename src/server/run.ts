@@ -55,9 +55,15 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
   await gateway.listen({ host: listen.host, port: options.port ?? listen.port })
   let admin: FastifyInstance | undefined
   if (config.admin?.listen !== undefined) {
-    admin = await buildAdmin(gateway, () => config)
-    const at = parseListen(config.admin.listen)
-    await admin.listen({ host: at.host, port: options.adminPort ?? at.port })
+    try {
+      admin = await buildAdmin(gateway, () => config)
+      const at = parseListen(config.admin.listen)
+      await admin.listen({ host: at.host, port: options.adminPort ?? at.port })
+    } catch (error) {
+      // The public listener is open already: a half-started process must not stay up.
+      await Promise.all([admin?.close(), gateway.close()])
+      throw error
+    }
   }
 
   let reloading: Promise<boolean> = Promise.resolve(true)
@@ -67,6 +73,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
       nextText = readFileSync(file, 'utf8')
     } catch (error) {
       gateway.metrics.configReloads.inc({ result: 'failure' })
+      gateway.audit.emit('config.reload_failed', { trigger, reason: 'unreadable', problems: 1 })
       log.error({ trigger, err: error }, `config reload failed: cannot read ${file}; keeping the config in service`)
       return false
     }
@@ -78,6 +85,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
       config = next
       text = nextText
       gateway.metrics.configReloads.inc({ result: 'success' })
+      gateway.audit.emit('config.reloaded', { trigger, sha256: sha256(nextText), needs_restart: needsRestart })
       gateway.metrics.setConfig(sha256(nextText), Date.now())
       log.info({ trigger, sha256: sha256(nextText) }, 'config reloaded')
       if (needsRestart.length > 0) log.warn({ keys: needsRestart }, `config reloaded; these changes need a restart: ${needsRestart.join(', ')}`)
@@ -86,6 +94,8 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
       gateway.metrics.configReloads.inc({ result: 'failure' })
       // Every problem on its own line, with file:line:col, as `portcullis check` prints them.
       const problems = error instanceof ConfigError ? error.message.split('\n') : [error instanceof Error ? error.message : String(error)]
+      gateway.audit.emit('config.reload_failed',
+        { trigger, reason: error instanceof ConfigError ? 'invalid' : 'rejected', problems: problems.length })
       for (const problem of problems) log.error({ trigger }, `config reload failed: ${problem}`)
       log.error({ trigger, problems: problems.length }, 'config reload failed; keeping the config in service')
       return false

@@ -16,6 +16,8 @@ export interface RunningGateway {
   port: number
   /** Every log line written so far, raw JSON text. */
   logs: string[]
+  /** Every audit line written so far (when the config names no audit destination). */
+  audit: string[]
   close(): Promise<void>
 }
 
@@ -37,15 +39,20 @@ export async function startGateway(config: Record<string, unknown>, options: Sta
   writeFileSync(file, text)
   const logs: string[] = []
   const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
-  const app = await buildGateway(loadConfig(file, text, options.env ?? process.env), {
+  const audit: string[] = []
+  const auditStream = new Writable({ write(chunk, _encoding, callback) { audit.push(String(chunk)); callback() } })
+  const loaded = loadConfig(file, text, options.env ?? process.env)
+  const app = await buildGateway(loaded, {
     logStream,
+    // The audit trail goes to stdout unless the config names a destination; tests keep it here instead.
+    ...(loaded.audit?.output === undefined && { auditStream }),
     ...(options.now && { now: options.now }),
     ...(options.isRevoked && { isRevoked: options.isRevoked }),
   })
   await app.listen({ host: '127.0.0.1', port: options.port ?? 0 })
   const { port } = app.server.address() as AddressInfo
   const scheme = (config.server as { tls?: unknown } | undefined)?.tls ? 'https' : 'http'
-  return { app, url: `${scheme}://127.0.0.1:${port}`, port, logs, close: () => app.close() }
+  return { app, url: `${scheme}://127.0.0.1:${port}`, port, logs, audit, close: () => app.close() }
 }
 
 /** A config with one upstream, one issuer and the given routes (default: one protected catch-all). */

@@ -78,12 +78,17 @@ async function decide(ctx: AuthServerContext, request: FastifyRequest, reply: Fa
   if (!(await finishInteraction(ctx, loaded.id))) return sendAnsweredPage(reply)
   const { request: authorization, session } = loaded
   try {
+    const fields = { sub: session.user.sub, client_id: authorization.clientId, scope: authorization.scope.join(' '), ip: request.ip,
+      req_id: request.id }
     if (decision === 'deny') {
       request.log.info({ clientId: authorization.clientId, sub: session.user.sub }, 'consent denied')
+      ctx.audit.emit('consent.denied', fields)
       return sendErrorRedirect(ctx, reply, 'POST', authorization, new AccessDenied('the user denied the request'))
     }
-    if (form.get('remember') === '1') await rememberConsent(ctx, session.user.sub, authorization.clientId, authorization.scope)
+    const remembered = form.get('remember') === '1'
+    if (remembered) await rememberConsent(ctx, session.user.sub, authorization.clientId, authorization.scope)
     request.log.info({ clientId: authorization.clientId, sub: session.user.sub }, 'consent granted')
+    ctx.audit.emit('consent.granted', { ...fields, remembered })
     return await sendCode(ctx, reply, 'POST', authorization, session)
   } catch (error) {
     return sendErrorRedirect(ctx, reply, 'POST', authorization, error)

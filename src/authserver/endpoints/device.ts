@@ -78,10 +78,16 @@ ${csrfField(reply.generateCsrf())}
     return sendPage(reply, { status: 200, title: `Connect ${name}?`, body })
   }
   if (decision !== 'approve' && decision !== 'deny') return refuse()
+  // Read before the decision consumes it: the audit line names the client and scope (never the user code).
+  const found = await findUserCode(ctx, input)
+  if (!found) return refuse()
   const user = { sub: session.user.sub, authTime: session.authTime }
   const decided = decision === 'approve' ? await approveDeviceCode(ctx, input, user) : await denyDeviceCode(ctx, input)
   if (!decided) return refuse()
   request.log.info({ sub: session.user.sub, decision }, 'device code decided')
+  ctx.audit.emit(decision === 'approve' ? 'device_code.approved' : 'device_code.denied', {
+    sub: session.user.sub, client_id: found.clientId, scope: found.scope.join(' '), ip: request.ip, req_id: request.id,
+  })
   const message = decision === 'approve'
     ? html`<p role="status">Your device is connected. You can return to it now.</p>`
     : html`<p role="status">The request was denied. The device gets no access.</p>`

@@ -73,11 +73,16 @@ async function login(ctx: AuthServerContext, request: FastifyRequest, reply: Fas
   if (!user) {
     await ctx.throttle.fail(keys)
     request.log.info({ username: username.slice(0, 64) }, 'login failed')
+    ctx.audit.emit('login.failed', { username: username.slice(0, 64), reason: 'invalid_credentials', ip: request.ip, req_id: request.id })
     // One message for an unknown user and a wrong password: no enumeration.
     return sendLoginPage(ctx, reply, interactionId, interaction, { status: 401, error: 'Wrong username or password.', username })
   }
   const session = await startSession(ctx, request, reply, user)
   request.log.info({ sub: user.sub }, 'login succeeded')
+  ctx.audit.emit('login.succeeded', {
+    sub: user.sub, username: user.username, flow: interaction.kind,
+    ...(interaction.kind === 'authorize' && { client_id: interaction.request.clientId }), ip: request.ip, req_id: request.id,
+  })
   if (interaction.kind === 'device') {
     await finishInteraction(ctx, interactionId)
     const query = interaction.userCode !== undefined ? `?user_code=${encodeURIComponent(interaction.userCode)}` : ''

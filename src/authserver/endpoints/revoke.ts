@@ -31,6 +31,10 @@ export function registerRevocation(app: FastifyInstance, ctx: AuthServerContext)
           if (found.record.format === 'jwt') await ctx.revocations.revokeJti(found.record.jti, found.record.exp)
           else ctx.revocations.onRevoke({ tokenHash: found.id })
         }
+        ctx.audit.emit('token.revoked', {
+          client_id: client.clientId, sub: found.record.sub, token_type: found.type, grant_id: found.record.grantId,
+          ...(found.type === 'access_token' && { jti: found.record.jti }), ip: request.ip, req_id: request.id,
+        })
       }
       return noStore(reply).code(200).header('content-length', '0').send()
     } catch (error) {

@@ -3,16 +3,40 @@
  * → client authentication → the client's registration → the grant module. Every answer, success or
  * error, is no-store (G-04); errors are 400 except invalid_client (401) and throttling (429).
  */
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { decodeJwt } from 'jose'
+import { tokenHash } from '../../authn/token-cache.js'
 import { GatewayError, InvalidRequest, UnauthorizedClient, UnsupportedGrantType } from '../../errors/oauth-errors.js'
 import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
 import type { GrantHandler } from '../grants/grant.js'
+import type { StoredAccessToken, TokenResponseBody } from '../tokens.js'
 import { requestedAudience } from '../scope.js'
 import { formPostGuard, noStore, parseForm, refuseOtherMethods, sendOAuthError } from '../http.js'
 
 /** RFC 8707 allows several `resource` parameters; every other repeated parameter is invalid_request (G-06). */
 const REPEATABLE = new Set(['resource'])
+
+/**
+ * The audit line of a success: the access token's record (by jti, or by hash for an opaque one) names its
+ * subject and grant, so the line says who got what without the token itself.
+ */
+async function auditIssued(ctx: AuthServerContext, request: FastifyRequest, grantType: string, clientId: string,
+  body: TokenResponseBody): Promise<void> {
+  let record: StoredAccessToken | undefined
+  try {
+    const id = ctx.settings.accessTokenFormat === 'jwt' ? decodeJwt(body.access_token).jti : tokenHash(body.access_token)
+    if (id !== undefined) record = await ctx.store.find('access_token', id) as StoredAccessToken | undefined
+  } catch (error) {
+    // The tokens are issued: a lookup that fails now costs the line its details, never the client its response.
+    request.log.warn({ err: error }, 'audit: the issued access token\'s record could not be read')
+  }
+  ctx.audit.emit(grantType === 'refresh_token' ? 'token.refreshed' : 'token.issued', {
+    grant_type: grantType, client_id: clientId, sub: record?.sub, jti: record?.jti, grant_id: record?.grantId, scope: body.scope,
+    refresh_token_issued: body.refresh_token !== undefined, id_token_issued: body.id_token !== undefined,
+    ip: request.ip, req_id: request.id,
+  })
+}
 
 export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerContext, grants: ReadonlyMap<string, GrantHandler>): string[] {
   const path = `${ctx.settings.prefix}/token`
@@ -43,6 +67,7 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       const body = await handler.handle({ form, client, ip: request.ip, audience, ctx })
       // client_id is a label only once authenticated: it is then one from the config, never made up.
       ctx.metrics.tokensIssued.inc({ grant_type: handler.grantType, client_id: client.clientId })
+      await auditIssued(ctx, request, handler.grantType, client.clientId, body)
       return noStore(reply).code(200).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))
     } catch (error) {
       ctx.metrics.tokenErrors.inc({ error: error instanceof GatewayError ? error.code : 'server_error' })

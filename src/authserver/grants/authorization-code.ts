@@ -48,19 +48,23 @@ function checkRedirectUri(code: AuthorizationCodeRecord, redirectUri: string | u
  * AC-06: an otherwise valid redemption of a consumed code. The grant the first redemption started dies;
  * if that one has not recorded its grant yet, the mark left here makes it revoke the grant itself.
  */
-async function refuseReplay(ctx: AuthServerContext, id: string, code: AuthorizationCodeRecord): Promise<never> {
+async function refuseReplay(ctx: AuthServerContext, id: string, code: AuthorizationCodeRecord, ip: string): Promise<never> {
   await markReplayed(ctx, id, code)
   const grantId = await linkedGrant(ctx, id)
   // A replay means the code leaked (RFC 9700 §4.2.4): worth a warning whoever redeemed first.
   ctx.log.warn({ clientId: code.clientId, grantId }, 'authorization code replayed')
   if (grantId !== undefined) await revokeGrant(ctx, grantId, 'authorization code replayed')
+  // Without a grant yet, the first redemption revokes its own when it finds the mark: revoked all the same.
+  ctx.audit.emit('authorization_code.replay_detected', {
+    client_id: code.clientId, sub: code.sub, ...(grantId !== undefined && { grant_id: grantId }), grant_revoked: true, ip,
+  })
   throw new InvalidGrant('authorization code already used; its grant is revoked')
 }
 
 export const authorizationCodeGrant: GrantHandler = {
   grantType: 'authorization_code',
   parameters: ['code', 'redirect_uri', 'code_verifier'],
-  async handle({ form, client, audience, ctx }) {
+  async handle({ form, client, ip, audience, ctx }) {
     const presented = form.get('code')
     if (presented === undefined) throw new InvalidRequest('code is required')  // AC-02
     const id = codeId(presented)
@@ -73,7 +77,7 @@ export const authorizationCodeGrant: GrantHandler = {
     if (!ctx.users.findBySub(code.sub)) throw new InvalidGrant('the user no longer exists')
     // AC-08: of concurrent redemptions the atomic consume lets exactly one through; the rest are replays.
     if (code.consumedAt !== undefined || !(await ctx.store.consume('authorization_code', id))) {
-      return refuseReplay(ctx, id, code)
+      return refuseReplay(ctx, id, code, ip)
     }
     const refreshable = client.grantTypes.has('refresh_token')
     const grant = await ctx.tokens.startGrant(client, code.sub, code.scope, code.authTime, refreshable)

@@ -25,7 +25,12 @@ async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: 
   audience: readonly string[]): Promise<TokenResponseBody> {
   if (record.redeemed) {
     // [DECISION] as node-oidc-provider's consumeGrantSource: a replayed device_code may have leaked.
-    if (record.grantId !== undefined) await revokeGrant(ctx, record.grantId, 'device_code replay')
+    if (record.grantId !== undefined) {
+      await revokeGrant(ctx, record.grantId, 'device_code replay')
+      ctx.audit.emit('device_code.replay_detected', {
+        client_id: record.clientId, ...(record.sub !== undefined && { sub: record.sub }), grant_id: record.grantId, grant_revoked: true,
+      })
+    }
     throw new InvalidGrant('device_code already redeemed')
   }
   // As RT-09: a user removed from the config since the approval gets nothing.

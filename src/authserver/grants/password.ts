@@ -24,6 +24,7 @@ export const passwordGrant: GrantHandler = {
     const user = await ctx.users.verify(username, password)
     if (!user) {
       await ctx.throttle.fail(keys)
+      ctx.audit.emit('login.failed', { username: username.slice(0, 64), reason: 'invalid_credentials', ip })
       // One response for an unknown user and a wrong password (no enumeration); the log knows which key failed.
       throw new InvalidGrant(`wrong username or password for ${JSON.stringify(username.slice(0, 64))}`)
     }

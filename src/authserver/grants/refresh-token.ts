@@ -18,7 +18,7 @@ const RACE_WINDOW_MS = 2000
 export const refreshTokenGrant: GrantHandler = {
   grantType: 'refresh_token',
   parameters: ['refresh_token', 'scope'],
-  async handle({ form, client, audience, ctx }) {
+  async handle({ form, client, ip, audience, ctx }) {
     const presented = form.get('refresh_token')
     if (presented === undefined) throw new InvalidRequest('refresh_token is required')
     const id = tokenHash(presented)
@@ -36,6 +36,9 @@ export const refreshTokenGrant: GrantHandler = {
     }
     if (stored.consumedAt !== undefined) {
       await revokeGrant(ctx, stored.grantId, 'refresh token reuse')
+      ctx.audit.emit('refresh_token.reuse_detected', {
+        client_id: client.clientId, sub: stored.sub, grant_id: stored.grantId, grant_revoked: true, ip,
+      })
       throw new InvalidGrant('refresh token reuse: the grant is revoked')
     }
     // RT-05: of parallel refreshes, the atomic consume lets exactly one through; the others lose the race
