@@ -206,6 +206,22 @@ describe('hot reload', () => {
     expect(other.requests.map((request) => request.url)).toEqual(['/orders/2'])
   })
 
+  it('an issuer added by a reload is trusted by the next request, and one removed is not', async (context) => {
+    const { upstream, issuer } = await fixtures(context)
+    const second = await startTestIssuer()
+    context.onTestFinished(() => second.close())
+    const s = await start(context, config(upstream, issuer), { watch: false })
+    const token = await second.sign({ scope: 'orders:read' })
+    expect((await get(`${s.url}/orders/1`, token)).status).toBe(401)
+    const both = config(upstream, issuer)
+    s.write({ ...both, issuers: [...both.issuers, { issuer: second.issuer, jwks_uri: second.jwksUri, audience: [second.audience], algorithms: ['ES256'] }] })
+    expect(await s.running.reload()).toBe(true)
+    expect((await get(`${s.url}/orders/1`, token)).status).toBe(200)
+    s.write({ ...both, issuers: [{ issuer: second.issuer, jwks_uri: second.jwksUri, audience: [second.audience], algorithms: ['ES256'] }] })
+    expect(await s.running.reload()).toBe(true)
+    expect((await get(`${s.url}/orders/1`, await issuer.sign({ scope: 'orders:read' }))).status).toBe(401)
+  })
+
   it('a request in flight finishes on the config it started with; the next one sees the new config', async (context) => {
     const { upstream, issuer } = await fixtures(context)
     const s = await start(context, config(upstream, issuer), { watch: false })
