@@ -224,17 +224,26 @@ async function rotateKeys(configFile: string): Promise<number> {
     console.error('keys rotate: a memory store lives inside the gateway process; there is nothing to rotate from here')
     return 1
   }
+  const redis = settings.store.type === 'redis'
+  // The store's address for messages: the file, or the Redis host (never the URL: it may hold a password).
+  const where = redis ? `the Redis store (${new URL(settings.store.url!).host})` : settings.store.path
   // Opening a missing file would create an empty store, and keys no gateway uses.
-  if (!existsSync(settings.store.path)) {
-    console.error(`keys rotate: no store at ${settings.store.path} (start the gateway once to create it and its keys)`)
+  if (!redis && !existsSync(settings.store.path)) {
+    console.error(`keys rotate: no store at ${where} (start the gateway once to create it and its keys)`)
     return 1
   }
   let store
   try {
     store = await openStore(settings)
     await store.ping()
+    // Likewise in Redis: an empty store has never served; keys made here would be used by no gateway.
+    if (redis && (await store.list('signing_key')).length === 0) {
+      console.error(`keys rotate: no signing keys in ${where} (start the gateway once to create them)`)
+      await store.close()
+      return 1
+    }
   } catch (error) {
-    console.error(`keys rotate: cannot open the store at ${settings.store.path}: ${oneLine(error)}`)
+    console.error(`keys rotate: cannot open the store at ${where}: ${oneLine(error)}`)
     await store?.close().catch(() => {})
     return 1
   }

@@ -201,7 +201,10 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   pipeline = new GatewayPipeline(buildRuntime(config, deps))
   const authenticator = () => pipeline!.runtime.authenticator
   // A revocation at the embedded server reaches the gateway's caches at once (checklist RV-02, RT-04).
-  if (authServer) authServer.ctx.revocations.onRevoke = (selector) => { authenticator().invalidate(selector) }
+  if (authServer) {
+    authServer.ctx.revocations.onRevoke = (selector) => { authenticator().invalidate(selector) }
+    authServer.ctx.revocations.onResync = () => { authenticator().invalidate({ issuer: authServer.ctx.settings.issuer }) }
+  }
   metrics.bindGateway({ cacheStats: () => authenticator().cacheStats(), keySetStats: () => authenticator().keySetStats() })
 
   let current = config

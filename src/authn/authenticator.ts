@@ -31,6 +31,8 @@ export interface InvalidationSelector {
   jti?: string
   sub?: string
   client_id?: string
+  /** Every token of this issuer (a reconnect to the shared store may have missed revocations). */
+  issuer?: string
 }
 
 /**
@@ -208,9 +210,10 @@ export class Authenticator {
       if (this.jwtCache?.delete(this.policyTag + hashOfToken)) count++
       for (const { client } of this.introspecting) if (this.introspectionCache.delete(client.cacheKey(hashOfToken))) count++
     }
-    const { jti, sub, client_id: clientId } = selector
-    if (jti === undefined && sub === undefined && clientId === undefined) return count
+    const { jti, sub, client_id: clientId, issuer } = selector
+    if (jti === undefined && sub === undefined && clientId === undefined && issuer === undefined) return count
     const matches = (principal: Principal) =>
+      (issuer !== undefined && principal.issuer === issuer) ||
       (jti !== undefined && principal.claims.jti === jti) ||
       (sub !== undefined && principal.subject === sub) ||
       (clientId !== undefined && principal.clientId === clientId)

@@ -7,7 +7,9 @@
  * Which key signs is decided from the store alone, so that every process sharing it agrees: the highest
  * `generation` (0 for the first keys, +1 per rotation) that is active, then the oldest write. That last
  * rule settles two processes that both found an empty store: each writes its key, re-reads, and the one
- * whose key was written later sees the earlier one and withdraws its own.
+ * whose key was written later sees the earlier one and withdraws its own. That rule needs write times
+ * from one clock (one host: SQLite, memory); a store shared between hosts (Redis) also offers `withLock`,
+ * so that one process generates the first keys while the others wait and then load them.
  */
 import type { FastifyBaseLogger } from 'fastify'
 import {
@@ -236,14 +238,23 @@ export class KeyManager implements SigningKeys {
     return key && !isRetired(key.stored, this.options.now()) ? key : undefined
   }
 
-  /** First start: writes a key for every algorithm that has none, then keeps it only if it won (see the file comment). */
+  /** The keys in the store, generating the missing ones first (first start) under the store's lock, if it has one. */
   private async ensureKeys(): Promise<StoredKey[]> {
+    const keys = await this.readStore()
+    if (this.algorithms.every((alg) => keys.some((key) => key.alg === alg))) return keys
+    return this.store.withLock ? this.store.withLock('signing-keys', () => this.generateMissing()) : this.generateMissing()
+  }
+
+  /** Writes a key for every algorithm that has none, then keeps it only if it won (see the file comment). */
+  private async generateMissing(): Promise<StoredKey[]> {
     let keys = await this.readStore()
     const missing = this.algorithms.filter((alg) => !keys.some((key) => key.alg === alg))
     if (missing.length === 0) return keys
     const candidates = await Promise.all(missing.map((alg) => generateKey(alg, 0)))
     const mine: StoredKey[] = []
-    for (const candidate of candidates) mine.push(await this.write(candidate))
+    // A first key replaces nothing, so it signs at once (no publish delay), and from time 0: another host
+    // whose clock is behind this one's must be able to sign with it too.
+    for (const candidate of candidates) mine.push(await this.write(candidate, 0))
     keys = await this.readStore()
     for (const key of mine) {
       const winner = signerAmong(keys, key.alg, this.options.now())

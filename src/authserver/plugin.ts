@@ -3,7 +3,7 @@
  * listener (in their own fastify scope: form bodies, errors per RFC 6749 §5.2), and hands the gateway
  * what it needs to trust the embedded issuer in-process.
  */
-import type { FastifyError, FastifyInstance } from 'fastify'
+import type { FastifyBaseLogger, FastifyError, FastifyInstance } from 'fastify'
 import cookie from '@fastify/cookie'
 import csrf from '@fastify/csrf-protection'
 import formbody from '@fastify/formbody'
@@ -29,7 +29,7 @@ import { KeyManager, keyRetirementSeconds } from './keys.js'
 import { RevocationList } from './revocations.js'
 import { resolveSettings } from './settings.js'
 import { openStore } from './store.js'
-import { createThrottle, INTERACTION_LIMITS, USER_CODE_LIMITS, type ThrottleEngaged } from './throttle.js'
+import { createThrottle, INTERACTION_LIMITS, redisLimiter, USER_CODE_LIMITS, type ThrottleEngaged } from './throttle.js'
 import { cookieOptions } from './browser/session.js'
 import { registerAuthorize } from './endpoints/authorize.js'
 import { registerConsent } from './endpoints/consent.js'
@@ -82,12 +82,30 @@ function asOAuthError(error: FastifyError): unknown {
   return new ServerError(error)
 }
 
+/** The Redis connections beside the store's: the revocation channel, and the shared throttle counters. */
+async function connectShared(url: string, prefix: string, log: FastifyBaseLogger) {
+  const [{ createRedisBroadcast }, { Redis }] = await Promise.all([import('./broadcast.js'), import('ioredis')])
+  // Under the store's prefix: deployments (and tests) sharing one Redis never hear each other.
+  const broadcast = createRedisBroadcast(url, `${prefix}revocations`, log)
+  // Fail fast (the insurance limiter in memory takes over), never hang a request on a frozen Redis.
+  const limiterClient = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 1000, socketTimeout: 10_000 })
+  limiterClient.on('error', (error: Error) => log.debug({ err: error }, 'throttle store error'))
+  return {
+    broadcast,
+    limiterClient,
+    close: async () => {
+      await Promise.allSettled([broadcast.close(), limiterClient.quit()])
+      limiterClient.disconnect()
+    },
+  }
+}
+
 export async function createAuthServer(app: FastifyInstance, config: AuthorizationServerConfig,
   options: AuthServerOptions = {}): Promise<AuthServer> {
   const now = options.now ?? Date.now
   const settings = resolveSettings(config)
   const log = app.log.child({ component: 'authorization-server' })
-  const store = await openStore(settings, now)
+  const store = await openStore(settings, now, log)
   const keys = await KeyManager.open(store, {
     algorithm: settings.algorithm,
     publishDelayMs: settings.publishDelayMs,
@@ -96,8 +114,12 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     now,
     log,
   })
-  const revocations = new RevocationList(store, now)
+  const revocations = new RevocationList(store, now, log)
   await revocations.load()
+  // Several instances on one Redis: revocations travel between them, and brute-force counters are shared.
+  const shared = settings.store.type === 'redis' ? await connectShared(settings.store.url!, settings.store.prefix, log) : undefined
+  if (shared) revocations.attach(shared.broadcast)
+  const limiter = shared ? redisLimiter(shared.limiterClient, settings.store.prefix) : undefined
   const audit = options.audit ?? silentAudit
   const onEngaged: ThrottleEngaged = ({ throttle, key, retryAfterSeconds }) =>
     audit.emit('throttle.engaged', { throttle, key, retry_after: retryAfterSeconds })
@@ -109,9 +131,9 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     users: new UserDirectory(config.users ?? []),
     tokens: new TokenService(settings, keys, store, now),
     revocations,
-    throttle: createThrottle(settings, undefined, 'failures', onEngaged),
-    userCodeThrottle: createThrottle(USER_CODE_LIMITS, undefined, 'user-codes', onEngaged),
-    interactionThrottle: createThrottle(INTERACTION_LIMITS, undefined, 'interactions', onEngaged),
+    throttle: createThrottle(settings, limiter, 'failures', onEngaged),
+    userCodeThrottle: createThrottle(USER_CODE_LIMITS, limiter, 'user-codes', onEngaged),
+    interactionThrottle: createThrottle(INTERACTION_LIMITS, limiter, 'interactions', onEngaged),
     now,
     log,
     metrics: options.metrics ?? new Metrics({ defaultMetrics: false }),
@@ -177,7 +199,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     embedded,
     close: async () => {
       keys.close()
-      await store.close()
+      await Promise.all([store.close(), shared?.close()])
     },
   }
 }

@@ -12,7 +12,7 @@ export async function revokeGrant(ctx: AuthServerContext, grantId: string, reaso
     if (value.format === 'jwt' && typeof value.jti === 'string' && typeof value.exp === 'number') {
       await ctx.revocations.revokeJti(value.jti, value.exp)
     } else {
-      ctx.revocations.onRevoke({ tokenHash: id })
+      ctx.revocations.revokeHash(id)
     }
   }
   ctx.log.info({ grantId, reason, artifacts: removed.length }, 'grant revoked')

@@ -7,7 +7,8 @@ export interface AuthServerSettings {
   readonly issuer: string
   /** The path prefix of every endpoint: the issuer URL's path without a trailing slash ('' at the root). */
   readonly prefix: string
-  readonly store: { readonly type: 'sqlite' | 'memory'; readonly path: string }
+  /** `path` is the SQLite file; `url` and `prefix` are Redis' (url is set when type is redis: checked at load). */
+  readonly store: { readonly type: 'sqlite' | 'memory' | 'redis'; readonly path: string; readonly url?: string; readonly prefix: string }
   readonly algorithm: 'ES256' | 'RS256' | 'EdDSA'
   readonly publishDelayMs: number
   readonly accessTokenFormat: 'jwt' | 'opaque'
@@ -32,7 +33,12 @@ export function resolveSettings(config: AuthorizationServerConfig): AuthServerSe
   return {
     issuer,
     prefix: new URL(issuer).pathname.replace(/\/+$/, ''),
-    store: { type: config.store?.type ?? 'sqlite', path: config.store?.path ?? './data/portcullis.db' },
+    store: {
+      type: config.store?.type ?? 'sqlite',
+      path: config.store?.path ?? './data/portcullis.db',
+      ...(config.store?.url !== undefined && { url: config.store.url }),
+      prefix: config.store?.prefix ?? '{portcullis}:',
+    },
     algorithm: config.signing?.algorithm ?? 'ES256',
     publishDelayMs: parseDuration(config.signing?.rotation_publish_delay ?? '5m'),
     accessTokenFormat: config.access_token?.format ?? 'jwt',

@@ -3,7 +3,7 @@
  * failures are counted per key in a fixed window; once a key has used up its allowance, `check` answers
  * 429 temporarily_unavailable with Retry-After until the window ends.
  */
-import { RateLimiterMemory, type RateLimiterAbstract } from 'rate-limiter-flexible'
+import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract } from 'rate-limiter-flexible'
 import { TooManyAttempts } from '../errors/oauth-errors.js'
 import type { Throttle } from './context.js'
 import type { AuthServerSettings } from './settings.js'
@@ -20,6 +20,20 @@ export interface LimiterOptions {
 export type LimiterFactory = (options: LimiterOptions) => RateLimiterAbstract
 
 export const memoryLimiter: LimiterFactory = (options) => new RateLimiterMemory({ ...options })
+
+/**
+ * Counters in Redis, shared by every instance (issue 7): a brute force spread over replicas is counted
+ * once. While Redis is unreachable each instance counts in memory (the insurance limiter), so throttling
+ * never stops and never fails a request.
+ */
+export function redisLimiter(client: RedisLike, prefix: string): LimiterFactory {
+  return (options) => new RateLimiterRedis({
+    ...options, keyPrefix: `${prefix}${options.keyPrefix}`, storeClient: client, insuranceLimiter: new RateLimiterMemory({ ...options }),
+  })
+}
+
+/** The ioredis client, as rate-limiter-flexible uses it. */
+type RedisLike = object
 
 function positiveInteger(name: string, value: number): number {
   if (!Number.isInteger(value) || value < 1) throw new TypeError(`${name} must be a positive integer, got ${value}`)

@@ -69,6 +69,26 @@ function lintClient(client: ClientConfig, at: Array<string | number>, problems: 
   })
 }
 
+/** `store.url` and `store.prefix` belong to Redis, which needs the URL; `path` belongs to the others. */
+function lintStore(store: AuthorizationServerConfig['store'], at: Array<string | number>, problems: LintProblem[]): void {
+  if (store === undefined) return
+  if (store.type !== 'redis') {
+    for (const key of ['url', 'prefix'] as const) {
+      if (store[key] !== undefined) problems.push({ path: [...at, key], message: `is only used with type: redis (type is ${store.type})` })
+    }
+    return
+  }
+  if (store.path !== undefined) problems.push({ path: [...at, 'path'], message: 'is not used with type: redis; set url' })
+  if (store.url === undefined) problems.push({ path: at, message: 'type: redis needs url (redis://host:6379 or rediss://host:6380)' })
+  else if (!URL.canParse(store.url) || !['redis:', 'rediss:'].includes(new URL(store.url).protocol)) {
+    problems.push({ path: [...at, 'url'], message: 'must be a redis:// or rediss:// URL' })
+  }
+  // Redis Cluster hashes only what is inside the first {…}: every key of the store must land in one slot.
+  if (store.prefix !== undefined && !/^[^{]*\{[^}]+\}/.test(store.prefix)) {
+    problems.push({ path: [...at, 'prefix'], message: 'must contain a {hash tag}, such as {portcullis}:' })
+  }
+}
+
 export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
   const as: AuthorizationServerConfig | undefined = config.authorization_server
   if (!as?.enabled) return []
@@ -79,6 +99,7 @@ export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
   if (as.issuer !== undefined && (config.issuers ?? []).some((issuer) => issuer.issuer === as.issuer)) {
     problems.push({ path: [...base, 'issuer'], message: 'is also listed under issuers: the embedded issuer is trusted automatically' })
   }
+  lintStore(as.store, [...base, 'store'], problems)
   // A-13, RFC 6749 §4.1.2: a code lives "a maximum of 10 minutes"; it is redeemed within seconds.
   const codeTtl = as.authorization_code?.ttl
   if (codeTtl !== undefined && (parseDuration(codeTtl) < 1000 || parseDuration(codeTtl) > 600_000)) {

@@ -148,8 +148,11 @@ const AuthorizationServer = Strict({
   enabled: Type.Boolean(),
   issuer: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+(/[^?#]*)?$', 'x-message': 'must be an http(s) URL without query or fragment' })),
   store: Type.Optional(Strict({
-    type: StringEnum(['sqlite', 'memory'] as const),
+    type: StringEnum(['sqlite', 'memory', 'redis'] as const),
     path: Type.Optional(NonEmpty),
+    // redis only (lint-authserver.ts): redis:// or rediss://, and the key prefix with its {hash tag}.
+    url: Type.Optional(NonEmpty),
+    prefix: Type.Optional(NonEmpty),
   })),
   signing: Type.Optional(Strict({
     algorithm: Type.Optional(StringEnum(['ES256', 'RS256', 'EdDSA'] as const)),

@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
-import { TooManyAttempts } from '../../errors/oauth-errors.js'
+import { TemporarilyUnavailable, TooManyAttempts } from '../../errors/oauth-errors.js'
 
 /** Markup that is already safe: what {@link html} returns, and the only thing it does not escape. */
 export class SafeHtml {
@@ -133,6 +133,10 @@ export function pageErrorHandler(error: FastifyError, request: FastifyRequest, r
   if (error instanceof TooManyAttempts) {
     reply.header('retry-after', String(error.retryAfterSeconds))
     return sendErrorPage(reply, 429, 'Too many requests', 'Too many requests from your network. Wait a minute and try again.')
+  }
+  if (error instanceof TemporarilyUnavailable) {
+    reply.header('retry-after', String(error.retryAfterSeconds))
+    return sendErrorPage(reply, 503, 'Temporarily unavailable', 'The service is briefly unavailable. Try again in a few seconds.')
   }
   const status = error.statusCode ?? (error as { status?: unknown }).status
   if (typeof status === 'number' && status >= 400 && status < 500) {

@@ -29,7 +29,7 @@ export function registerRevocation(app: FastifyInstance, ctx: AuthServerContext)
           // RV-02 / RV-07: an access token alone; its refresh token lives on.
           await ctx.store.destroy('access_token', found.id)
           if (found.record.format === 'jwt') await ctx.revocations.revokeJti(found.record.jti, found.record.exp)
-          else ctx.revocations.onRevoke({ tokenHash: found.id })
+          else ctx.revocations.revokeHash(found.id)
         }
         ctx.audit.emit('token.revoked', {
           client_id: client.clientId, sub: found.record.sub, token_type: found.type, grant_id: found.record.grantId,

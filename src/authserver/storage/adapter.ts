@@ -54,6 +54,13 @@ export interface StorageAdapter {
   list(kind: ArtifactKind): Promise<ArtifactRecord[]>
   /** Deletes expired artifacts now; also run on a schedule by adapters that keep files. Returns how many. */
   purgeExpired(): Promise<number>
+  /**
+   * Optional: runs `task` while no other process sharing the store runs a task under the same `name`
+   * (waiting for it first). Stores one host uses (memory, SQLite) leave it out; the Redis one has it, so
+   * that instances starting at once on an empty store generate one set of signing keys (keys.ts). The lock
+   * is a lease: a holder that takes longer than it loses the lock, so callers still cope with a race.
+   */
+  withLock?<T>(name: string, task: () => Promise<T>): Promise<T>
   /** Throws when the store cannot be used (readiness). */
   ping(): Promise<void>
   close(): Promise<void>

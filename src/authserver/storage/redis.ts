@@ -1,0 +1,329 @@
+/**
+ * The store for several instances: one Redis (`store.type: redis`) through ioredis. Every write that must be
+ * atomic (upsert with its indexes, consume, destroy, revokeByGrantId, purge) is one Lua script, so Redis runs
+ * it alone; nothing is read in Node and then written back.
+ *
+ * Keys, all under `prefix` (default `{portcullis}:`; its `{…}` hash tag keeps every key in one Cluster slot):
+ *   a:<kind>:<id>   hash  v (the JSON), e (expiry, ms), c (consumed at, ms), g (grantId), u (userCode)
+ *   k:<kind>        zset  id scored by its expiry: list and purgeExpired
+ *   g:<grantId>     set   "<kind>:<id>" of the grant's artifacts: revokeByGrantId
+ *   u:<userCode>    set   device_code ids with that user code: findByUserCode
+ *   lock:<name>     string  withLock's lease
+ * Time is the injected `now`, passed to every script: an artifact is live while `e` > now. Every key also
+ * gets a Redis TTL (the artifact's lifetime plus TTL_MARGIN_MS) so Redis frees what nobody purges; that TTL
+ * is for memory only, never for correctness.
+ */
+import { randomUUID } from 'node:crypto'
+import type { FastifyBaseLogger } from 'fastify'
+import { Redis } from 'ioredis'
+import { TemporarilyUnavailable } from '../../errors/oauth-errors.js'
+import type { ArtifactKind, ArtifactRecord, FoundArtifact, StorageAdapter, StorageOptions, StoredArtifact } from './adapter.js'
+
+export interface RedisStorageOptions extends StorageOptions {
+  /** Prepended to every key; must contain a `{…}` hash tag (Redis Cluster). Default `{portcullis}:`. */
+  prefix?: string
+  /** How long a command may take before the operation fails with 503 (default 2000 ms). */
+  commandTimeoutMs?: number
+  /** Index entries of expired artifacts are cleared this often (default 60 s; 0 turns the timer off). */
+  purgeIntervalMs?: number
+  log?: Pick<FastifyBaseLogger, 'info' | 'warn'>
+}
+
+/** Redis keeps a key this long past its artifact's expiry: clock differences between instances, latency. */
+const TTL_MARGIN_MS = 5 * 60_000
+/** What Retry-After says while Redis cannot be reached: ioredis reconnects within a second. */
+const RETRY_AFTER_SECONDS = 1
+/** A connection that has not answered for this long is dropped and re-opened (a dead peer, a partition). */
+const SOCKET_TIMEOUT_MS = 10_000
+const PURGE_BATCH = 500
+const LOCK_LEASE_MS = 30_000
+const LOCK_POLL_MS = 50
+
+/** Every kind, checked against ArtifactKind by the compiler: purgeExpired visits each index. */
+const KINDS = Object.keys({
+  access_token: 1, refresh_token: 1, authorization_code: 1, device_code: 1, revoked_jti: 1, signing_key: 1, grant: 1,
+  session: 1, interaction: 1, consent: 1,
+} satisfies Record<ArtifactKind, 1>) as ArtifactKind[]
+
+/** Shared by every script: ARGV[1] is the prefix. `remove` deletes one artifact with its index entries. */
+const PRELUDE = `
+local prefix = ARGV[1]
+local function artifact(kind, id) return prefix .. 'a:' .. kind .. ':' .. id end
+local function extend(key, px) if redis.call('PTTL', key) < px then redis.call('PEXPIRE', key, px) end end
+local function remove(kind, id)
+  local key = artifact(kind, id)
+  local f = redis.call('HMGET', key, 'v', 'e', 'c', 'g', 'u')
+  redis.call('ZREM', prefix .. 'k:' .. kind, id)
+  if not f[1] then return nil end
+  redis.call('DEL', key)
+  if f[4] then redis.call('SREM', prefix .. 'g:' .. f[4], kind .. ':' .. id) end
+  if f[5] then redis.call('SREM', prefix .. 'u:' .. f[5], id) end
+  return {kind, id, f[1], f[2], f[3] or ''}
+end
+`
+
+const SCRIPTS = {
+  // KEYS[1] the artifact; ARGV prefix, kind, id, value, expiresAt, px, hasGrant, grantId, hasUserCode, userCode.
+  // Replaces the value, the expiry and the consumed mark, and moves the index entries with the value.
+  storeUpsert: `
+local kind, id, px = ARGV[2], ARGV[3], tonumber(ARGV[6])
+local old = redis.call('HMGET', KEYS[1], 'g', 'u')
+if old[1] and not (ARGV[7] == '1' and old[1] == ARGV[8]) then redis.call('SREM', prefix .. 'g:' .. old[1], kind .. ':' .. id) end
+if old[2] and not (ARGV[9] == '1' and old[2] == ARGV[10]) then redis.call('SREM', prefix .. 'u:' .. old[2], id) end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'v', ARGV[4], 'e', ARGV[5])
+if ARGV[7] == '1' then
+  local index = prefix .. 'g:' .. ARGV[8]
+  redis.call('HSET', KEYS[1], 'g', ARGV[8])
+  redis.call('SADD', index, kind .. ':' .. id)
+  extend(index, px)
+end
+if ARGV[9] == '1' then
+  local index = prefix .. 'u:' .. ARGV[10]
+  redis.call('HSET', KEYS[1], 'u', ARGV[10])
+  redis.call('SADD', index, id)
+  extend(index, px)
+end
+redis.call('PEXPIRE', KEYS[1], px)
+local byKind = prefix .. 'k:' .. kind
+redis.call('ZADD', byKind, ARGV[5], id)
+extend(byKind, px)
+return 1`,
+  // KEYS[1] the artifact; ARGV prefix, now. The compare-and-set of single-use codes and refresh rotation.
+  storeConsume: `
+local f = redis.call('HMGET', KEYS[1], 'e', 'c')
+if not f[1] or f[2] or tonumber(f[1]) <= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'c', ARGV[2])
+return 1`,
+  // KEYS[1] the artifact; ARGV prefix, kind, id.
+  storeDestroy: `
+remove(ARGV[2], ARGV[3])
+return 1`,
+  // KEYS[1] the grant's index, KEYS[2] its grant artifact; ARGV prefix, grantId. Flat records of 5 fields.
+  storeRevoke: `
+local out = {}
+local function add(record) if record then for _, field in ipairs(record) do out[#out + 1] = field end end end
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local at = string.find(member, ':', 1, true)
+  local kind, id = string.sub(member, 1, at - 1), string.sub(member, at + 1)
+  if redis.call('HGET', artifact(kind, id), 'g') == ARGV[2] then add(remove(kind, id)) end
+end
+add(remove('grant', ARGV[2]))
+redis.call('DEL', KEYS[1])
+return out`,
+  // KEYS[1] the user code's index; ARGV prefix, userCode, now. {value, consumedAt or ''}, or nil.
+  storeFindByUserCode: `
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local f = redis.call('HMGET', artifact('device_code', id), 'v', 'e', 'c', 'u')
+  if f[1] and f[4] == ARGV[2] and tonumber(f[2]) > tonumber(ARGV[3]) then return {f[1], f[3] or ''} end
+end
+return nil`,
+  // KEYS[1] the kind's index; ARGV prefix, kind, now. Flat records of 4 fields: id, value, expiresAt, consumedAt.
+  storeList: `
+local now, out = tonumber(ARGV[3]), {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[3], '+inf')) do
+  local f = redis.call('HMGET', artifact(ARGV[2], id), 'v', 'e', 'c')
+  if f[1] and tonumber(f[2]) > now then
+    out[#out + 1] = id; out[#out + 1] = f[1]; out[#out + 1] = f[2]; out[#out + 1] = f[3] or ''
+  end
+end
+return out`,
+  // KEYS[1] the kind's index; ARGV prefix, kind, now, batch. {deleted, index entries looked at}.
+  storePurge: `
+local now, count = tonumber(ARGV[3]), 0
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
+for _, id in ipairs(ids) do
+  local e = redis.call('HGET', artifact(ARGV[2], id), 'e')
+  if not e then redis.call('ZREM', KEYS[1], id)
+  elseif tonumber(e) <= now then remove(ARGV[2], id); count = count + 1
+  else redis.call('ZADD', KEYS[1], e, id) end
+end
+return {count, #ids}`,
+} as const
+
+type Script = (...args: string[]) => Promise<unknown>
+type Scripts = Record<keyof typeof SCRIPTS | 'storeUnlock', Script>
+
+/** `redis://host:port`, without credentials, for messages. */
+function describeUrl(url: string): string {
+  try {
+    const { protocol, host } = new URL(url)
+    return `${protocol}//${host}`
+  } catch {
+    return 'the configured URL'
+  }
+}
+
+function hashTagOf(prefix: string): string | undefined {
+  const open = prefix.indexOf('{')
+  const close = prefix.indexOf('}', open + 1)
+  return open >= 0 && close > open + 1 ? prefix.slice(open + 1, close) : undefined
+}
+
+/**
+ * Connects to the Redis at `url` (`redis://` or `rediss://`) and resolves once it answers; rejects when it
+ * cannot be reached. Afterwards a failing Redis makes each operation reject with TemporarilyUnavailable (503,
+ * Retry-After) at once or after `commandTimeoutMs`, while ioredis reconnects in the background.
+ */
+export async function createRedisAdapter(url: string, options: RedisStorageOptions = {}): Promise<StorageAdapter> {
+  const now = options.now ?? Date.now
+  const prefix = options.prefix ?? '{portcullis}:'
+  if (hashTagOf(prefix) === undefined) throw new RangeError(`the Redis key prefix must contain a {hash tag}, got ${JSON.stringify(prefix)}`)
+  const purgeIntervalMs = options.purgeIntervalMs ?? 60_000
+  if (!Number.isFinite(purgeIntervalMs) || purgeIntervalMs < 0) throw new RangeError('purgeIntervalMs must be 0 or a positive number')
+  const log = options.log
+
+  const client = new Redis(url, {
+    lazyConnect: true,
+    // Fail fast instead of queueing while disconnected, and never re-send a command that may have run
+    // (a consume sent twice would refuse the caller its own refresh token).
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    commandTimeout: options.commandTimeoutMs ?? 2000,
+    socketTimeout: SOCKET_TIMEOUT_MS,
+    connectTimeout: 5000,
+    retryStrategy: (attempt) => Math.min(attempt * 100, 1000),
+  })
+  for (const [name, lua] of Object.entries(SCRIPTS)) client.defineCommand(name, { numberOfKeys: name === 'storeRevoke' ? 2 : 1, lua: PRELUDE + lua })
+  client.defineCommand('storeUnlock', { numberOfKeys: 1, lua: "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end return 1" })
+  const scripts = client as unknown as Scripts
+
+  // An 'error' event without a listener would crash the process. One line per outage, one when it ends.
+  let lastError: Error | undefined
+  let healthy = false
+  client.on('error', (error: Error) => {
+    lastError = error
+    if (healthy) log?.warn({ err: error }, 'the Redis store is unreachable; store operations answer 503 until it is back')
+    healthy = false
+  })
+  client.on('ready', () => {
+    if (!healthy && lastError) log?.info('the Redis store is reachable again')
+    healthy = true
+  })
+  try {
+    await client.connect()
+  } catch (error) {
+    client.disconnect()
+    // ioredis rejects with "Connection is closed."; the 'error' event before it says why (ECONNREFUSED, auth).
+    throw new Error(`cannot connect to the Redis store at ${describeUrl(url)}: ${(lastError ?? error as Error).message}`, { cause: error })
+  }
+  lastError = undefined
+
+  const unavailable = (error: unknown) => new TemporarilyUnavailable(`redis store: ${(error as Error).message}`, RETRY_AFTER_SECONDS, error)
+  const guard = async <T>(operation: () => Promise<T>): Promise<T> => {
+    try {
+      return await operation()
+    } catch (error) {
+      throw unavailable(error)
+    }
+  }
+  const artifactKey = (kind: ArtifactKind, id: string) => `${prefix}a:${kind}:${id}`
+
+  let warned = false
+  /** The stored JSON, or undefined when it cannot be read: such an artifact is treated as missing. */
+  const parse = (kind: ArtifactKind, text: string, consumedAt: string | null): FoundArtifact | undefined => {
+    try {
+      const value = JSON.parse(text) as unknown
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new TypeError('not an object')
+      return consumedAt === null || consumedAt === '' ? value as StoredArtifact : { ...value, consumedAt: Number(consumedAt) }
+    } catch {
+      // Name the kind only: ids are token hashes, and the value may hold anything.
+      if (!warned) process.emitWarning(`unreadable ${kind} artifact in the Redis store, treated as missing`, 'PortcullisStoreWarning')
+      warned = true
+      return undefined
+    }
+  }
+
+  const purgeExpired = () => guard(async () => {
+    const at = String(now())
+    let total = 0
+    for (const kind of KINDS) {
+      for (;;) {
+        const [count, seen] = await scripts.storePurge(`${prefix}k:${kind}`, prefix, kind, at, String(PURGE_BATCH)) as [number, number]
+        total += count
+        if (seen < PURGE_BATCH) break
+      }
+    }
+    return total
+  })
+  const timer = purgeIntervalMs > 0 ? setInterval(() => { purgeExpired().catch(() => { /* next tick retries */ }) }, purgeIntervalMs) : undefined
+  timer?.unref()
+  let closed = false
+
+  return {
+    async upsert(kind, id, value, expiresInSeconds) {
+      if (!Number.isFinite(expiresInSeconds)) throw new RangeError('expiresInSeconds must be a finite number')
+      const text = JSON.stringify(value)
+      const expiresAt = now() + expiresInSeconds * 1000
+      const px = Math.ceil(Math.max(0, expiresInSeconds) * 1000) + TTL_MARGIN_MS
+      const grantId = typeof value.grantId === 'string' ? value.grantId : undefined
+      const userCode = kind === 'device_code' && typeof value.userCode === 'string' ? value.userCode : undefined
+      await guard(() => scripts.storeUpsert(artifactKey(kind, id), prefix, kind, id, text, String(expiresAt), String(px),
+        grantId === undefined ? '0' : '1', grantId ?? '', userCode === undefined ? '0' : '1', userCode ?? ''))
+    },
+    async find(kind, id) {
+      const [text, expiresAt, consumedAt] = await guard(() => client.hmget(artifactKey(kind, id), 'v', 'e', 'c'))
+      if (typeof text !== 'string' || typeof expiresAt !== 'string' || Number(expiresAt) <= now()) return undefined
+      return parse(kind, text, consumedAt ?? null)
+    },
+    async findByUserCode(userCode) {
+      const found = await guard(() => scripts.storeFindByUserCode(`${prefix}u:${userCode}`, prefix, userCode, String(now()))) as [string, string] | null
+      return found === null ? undefined : parse('device_code', found[0], found[1])
+    },
+    async consume(kind, id) {
+      return (await guard(() => scripts.storeConsume(artifactKey(kind, id), prefix, String(now())))) === 1
+    },
+    async destroy(kind, id) {
+      await guard(() => scripts.storeDestroy(artifactKey(kind, id), prefix, kind, id))
+    },
+    async revokeByGrantId(grantId) {
+      const flat = await guard(() => scripts.storeRevoke(`${prefix}g:${grantId}`, artifactKey('grant', grantId), prefix, grantId)) as string[]
+      const deleted: ArtifactRecord[] = []
+      for (let i = 0; i < flat.length; i += 5) {
+        const kind = flat[i] as ArtifactKind
+        // An unreadable artifact is deleted too, and still reported so that its id can be deny-listed.
+        deleted.push({ kind, id: flat[i + 1]!, value: parse(kind, flat[i + 2]!, flat[i + 4]!) ?? {}, expiresAt: Number(flat[i + 3]) })
+      }
+      return deleted
+    },
+    async list(kind) {
+      const flat = await guard(() => scripts.storeList(`${prefix}k:${kind}`, prefix, kind, String(now()))) as string[]
+      const listed: ArtifactRecord[] = []
+      for (let i = 0; i < flat.length; i += 4) {
+        const value = parse(kind, flat[i + 1]!, flat[i + 3]!)
+        if (value) listed.push({ kind, id: flat[i]!, value, expiresAt: Number(flat[i + 2]) })
+      }
+      return listed
+    },
+    purgeExpired,
+    async withLock(name, task) {
+      const key = `${prefix}lock:${name}`
+      const token = randomUUID()
+      // A lease in Redis' own time: it bounds how long a crashed holder blocks the others, nothing more.
+      while (await guard(() => client.set(key, token, 'PX', LOCK_LEASE_MS, 'NX')) === null) {
+        await new Promise((resolve) => setTimeout(resolve, LOCK_POLL_MS))
+      }
+      try {
+        return await task()
+      } finally {
+        await scripts.storeUnlock(key, token).catch(() => { /* the lease runs out by itself */ })
+      }
+    },
+    async ping() {
+      await guard(() => client.ping())
+    },
+    async close() {
+      if (closed) return
+      closed = true
+      clearInterval(timer)
+      try {
+        if (client.status === 'ready') await client.quit()
+      } catch {
+        // Closing anyway.
+      } finally {
+        client.disconnect()
+      }
+    },
+  }
+}
