@@ -139,6 +139,27 @@ describe.skipIf(REDIS_URL === undefined)(`two instances sharing one Redis${REDIS
     expect(results.filter((res) => res.body.error === 'invalid_grant')).toHaveLength(9)
   })
 
+  it('brute-force counters are shared: failures spread over both instances are counted once', async (context) => {
+    const prefix = `{portcullis-test-${randomUUID()}}:`
+    const store = { type: 'redis', url: REDIS_URL, prefix }
+    const throttling = { failures_per_client: 3, failures_per_ip: 1000 }
+    const a = await startAuthServerGateway(passwordSetup({ store, throttling }))
+    const b = await startAuthServerGateway(passwordSetup({ store, throttling, issuer: a.issuer }))
+    context.onTestFinished(async () => {
+      await Promise.all([a.close(), b.close()])
+      await deleteKeys(prefix)
+    })
+    const wrong = (gateway: Gateway) => postForm(gateway, '/token', { grant_type: 'password', ...ALICE, password: 'wrong', ...APP })
+    expect((await wrong(a)).body.error).toBe('invalid_grant')
+    expect((await wrong(b)).body.error).toBe('invalid_grant')
+    expect((await wrong(a)).body.error).toBe('invalid_grant')
+    // Three failures for alice, on two instances: the next attempt on either is refused, the right password too.
+    for (const gateway of [a, b]) {
+      const locked = await passwordGrant(gateway, 'orders:read')
+      expect([locked.status, locked.body.error]).toEqual([429, 'temporarily_unavailable'])
+    }
+  })
+
   it('an instance whose subscription was lost reloads the deny-list and drops its cached embedded tokens when it is back', async (context) => {
     const { a, b } = await pair(context)
     const tokens = await passwordGrant(a, 'orders:read')
