@@ -11,6 +11,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util'
 import { ConfigError, loadConfigFile } from './config/load.js'
 import { configWarnings } from './config/lint.js'
 import { hashSecret } from './crypto/secret-hash.js'
+import { describeRedisUrl } from './authserver/storage/redis-url.js'
 
 const DEFAULT_CONFIG = 'config/portcullis.yaml'
 
@@ -226,7 +227,7 @@ async function rotateKeys(configFile: string): Promise<number> {
   }
   const redis = settings.store.type === 'redis'
   // The store's address for messages: the file, or the Redis host (never the URL: it may hold a password).
-  const where = redis ? `the Redis store (${new URL(settings.store.url!).host})` : settings.store.path
+  const where = redis ? `the Redis store (${describeRedisUrl(settings.store.url!)})` : settings.store.path
   // Opening a missing file would create an empty store, and keys no gateway uses.
   if (!redis && !existsSync(settings.store.path)) {
     console.error(`keys rotate: no store at ${where} (start the gateway once to create it and its keys)`)

@@ -10,11 +10,12 @@ import { Redis } from 'ioredis'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import { KeyManager } from '../src/authserver/keys.js'
 import { createRedisAdapter } from '../src/authserver/storage/redis.js'
+import { describeRedisUrl, parseSentinelUrl } from '../src/authserver/storage/redis-url.js'
 import { loadConfig } from '../src/config/load.js'
 import { TemporarilyUnavailable } from '../src/errors/oauth-errors.js'
 import { basic, callApi, passwordGrant, passwordSetup, postForm, refresh } from './support/authserver.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
-import { keysUnder, redisServerInstalled, startPrivateRedis, type PrivateRedis, type PrivateRedisOptions } from './support/redis.js'
+import { keysUnder, redisServerInstalled, startPrivateRedis, startSentinel, type PrivateRedis, type PrivateRedisOptions } from './support/redis.js'
 import { closedPort } from './support/upstream.js'
 
 const SVC = { client_id: 'svc', client_secret: 'svc-secret-0123456789' }
@@ -106,6 +107,23 @@ describe.skipIf(SKIP)(`the Redis store on a private redis-server${SKIP ? ' (redi
       await waitFor(async () => (await clientCredentials(gateway)).status === 200, 10_000)
     })
 
+    it('a redis+sentinel:// URL reaches the primary the sentinel names: tokens issued and refreshed through it, the keys in the primary', async () => {
+      const redis = await privateRedis()
+      const sentinel = await startSentinel(redis.port)
+      onTestFinished(() => sentinel.close())
+      const prefix = `{portcullis-${randomUUID()}}:`
+      const gateway = await startAuthServerGateway(passwordSetup({ store: { type: 'redis', url: `redis+sentinel://127.0.0.1:${sentinel.port}/mymaster`, prefix } }))
+      onTestFinished(() => gateway.close())
+      const first = await passwordGrant(gateway, 'orders:read')
+      expect(first.status).toBe(200)
+      const rotated = await refresh(gateway, first.body.refresh_token as string)
+      expect(rotated.status).toBe(200)
+      // The data is in the primary itself.
+      const direct = new Redis(redis.url)
+      onTestFinished(() => { direct.disconnect() })
+      expect((await keysUnder(direct, prefix)).length).toBeGreaterThan(0)
+    })
+
     it('a refresh token Redis acknowledged survives Redis being killed and restarted (AOF, fsync always)', async () => {
       const redis = await privateRedis({ persistent: true })
       const gateway = await gatewayOn(redis, passwordSetup())
@@ -183,6 +201,18 @@ describe('store.type: redis in the config', () => {
   const config = (store: string) => 'upstreams:\n  main:\n    url: "http://127.0.0.1:9001"\nroutes:\n  - id: all\n    path: "/**"\n'
     + '    upstream: main\nauthorization_server:\n  enabled: true\n  issuer: "http://127.0.0.1:8080"\n  store:\n' + store
 
+  it('reads redis+sentinel:// URLs: sentinels, master name, credentials and db; refuses malformed ones', () => {
+    expect(parseSentinelUrl('redis+sentinel://:s3cr%40t@10.0.0.1:26379,[::1]:26380,sentinel-c/mymaster/2')).toEqual({
+      sentinels: [{ host: '10.0.0.1', port: 26379 }, { host: '::1', port: 26380 }, { host: 'sentinel-c', port: 26379 }],
+      name: 'mymaster', password: 's3cr@t', db: 2, tls: false,
+    })
+    expect(parseSentinelUrl('rediss+sentinel://user:pw@h:1/primary')).toMatchObject({ username: 'user', password: 'pw', tls: true })
+    for (const bad of ['redis+sentinel://h:1', 'redis+sentinel:///m', 'redis+sentinel://h:x/m', 'redis://h:1/0']) {
+      expect(parseSentinelUrl(bad), bad).toBeUndefined()
+    }
+    expect(describeRedisUrl('redis+sentinel://:secret@h1:26379,h2:26380/mymaster')).toBe('sentinel mymaster at h1:26379,h2:26380')
+  })
+
   it('takes a redis:// or rediss:// url and a prefix with a hash tag', () => {
     const loaded = loadConfig('as.yaml', config('    type: redis\n    url: "rediss://:pw@redis.internal:6380/2"\n    prefix: "{auth}:"\n'), {})
     expect(loaded.authorization_server?.store).toEqual({ type: 'redis', url: 'rediss://:pw@redis.internal:6380/2', prefix: '{auth}:' })
@@ -191,7 +221,7 @@ describe('store.type: redis in the config', () => {
   it('needs url with type redis, and refuses a path, another scheme or a prefix without a hash tag', () => {
     expect(() => loadConfig('as.yaml', config('    type: redis\n'), {})).toThrow(/authorization_server\.store: type: redis needs url/)
     expect(() => loadConfig('as.yaml', config('    type: redis\n    url: "http://127.0.0.1:6379"\n'), {}))
-      .toThrow(/authorization_server\.store\.url: must be a redis:\/\/ or rediss:\/\/ URL/)
+      .toThrow(/authorization_server\.store\.url: must be a redis:\/\/, rediss:\/\/ or redis\+sentinel:\/\//)
     expect(() => loadConfig('as.yaml', config('    type: redis\n    url: "redis://127.0.0.1"\n    path: ./x.db\n'), {}))
       .toThrow(/authorization_server\.store\.path: is not used with type: redis/)
     expect(() => loadConfig('as.yaml', config('    type: redis\n    url: "redis://127.0.0.1"\n    prefix: "portcullis:"\n'), {}))

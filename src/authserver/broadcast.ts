@@ -6,7 +6,7 @@
  * cached embedded-issuer tokens, so it never keeps serving a token revoked while it was away.
  */
 import { randomUUID } from 'node:crypto'
-import { Redis } from 'ioredis'
+import { connectRedis } from './storage/redis-connection.js'
 import type { FastifyBaseLogger } from 'fastify'
 
 /** What travels on the channel: a JWT's jti with its exp (seconds), or an opaque token's hash. */
@@ -27,9 +27,9 @@ interface Envelope extends RevocationMessage { readonly origin: string }
 export function createRedisBroadcast(url: string, channel: string, log: FastifyBaseLogger): Broadcast {
   const origin = randomUUID()
   const options = { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 1000 }
-  const publisher = new Redis(url, options)
+  const publisher = connectRedis(url, options)
   // A subscribed connection can do nothing else: its own client.
-  const subscriber = new Redis(url, { enableOfflineQueue: true })
+  const subscriber = connectRedis(url, { enableOfflineQueue: true })
   // ioredis retries by itself; an 'error' event without a listener would crash the process.
   publisher.on('error', (error: Error) => log.debug({ err: error }, 'revocation broadcast: publisher error'))
   subscriber.on('error', (error: Error) => log.debug({ err: error }, 'revocation broadcast: subscriber error'))

@@ -84,11 +84,11 @@ function asOAuthError(error: FastifyError): unknown {
 
 /** The Redis connections beside the store's: the revocation channel, and the shared throttle counters. */
 async function connectShared(url: string, prefix: string, log: FastifyBaseLogger) {
-  const [{ createRedisBroadcast }, { Redis }] = await Promise.all([import('./broadcast.js'), import('ioredis')])
+  const [{ createRedisBroadcast }, { connectRedis }] = await Promise.all([import('./broadcast.js'), import('./storage/redis-connection.js')])
   // Under the store's prefix: deployments (and tests) sharing one Redis never hear each other.
   const broadcast = createRedisBroadcast(url, `${prefix}revocations`, log)
   // Fail fast (the insurance limiter in memory takes over), never hang a request on a frozen Redis.
-  const limiterClient = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 1000, socketTimeout: 10_000 })
+  const limiterClient = connectRedis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 1000, socketTimeout: 10_000 })
   limiterClient.on('error', (error: Error) => log.debug({ err: error }, 'throttle store error'))
   return {
     broadcast,

@@ -5,6 +5,7 @@
 import type { AuthorizationServerConfig, ClientConfig, GatewayConfig } from './schema.js'
 import type { LintProblem } from './lint.js'
 import { parseDuration } from './units.js'
+import { isRedisUrl } from '../authserver/storage/redis-url.js'
 
 /** The grants that can hand out a refresh token; `refresh_token` alone is useless. */
 const ISSUES_REFRESH = new Set(['authorization_code', 'password', 'urn:ietf:params:oauth:grant-type:device_code'])
@@ -80,8 +81,8 @@ function lintStore(store: AuthorizationServerConfig['store'], at: Array<string |
   }
   if (store.path !== undefined) problems.push({ path: [...at, 'path'], message: 'is not used with type: redis; set url' })
   if (store.url === undefined) problems.push({ path: at, message: 'type: redis needs url (redis://host:6379 or rediss://host:6380)' })
-  else if (!URL.canParse(store.url) || !['redis:', 'rediss:'].includes(new URL(store.url).protocol)) {
-    problems.push({ path: [...at, 'url'], message: 'must be a redis:// or rediss:// URL' })
+  else if (!isRedisUrl(store.url)) {
+    problems.push({ path: [...at, 'url'], message: 'must be a redis://, rediss:// or redis+sentinel://host:26379[,host:port…]/master URL' })
   }
   // Redis Cluster hashes only what is inside the first {…}: every key of the store must land in one slot.
   if (store.prefix !== undefined && !/^[^{]*\{[^}]+\}/.test(store.prefix)) {

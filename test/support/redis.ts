@@ -3,7 +3,7 @@
  * of a prefix on a shared Redis.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { Redis } from 'ioredis'
@@ -106,4 +106,40 @@ export async function keysUnder(redis: Redis, prefix: string): Promise<string[]>
     cursor = next
   } while (cursor !== '0')
   return keys
+}
+
+/** A Redis Sentinel (redis-server --sentinel) watching the primary on `primaryPort` as `name`. */
+export async function startSentinel(primaryPort: number, name = 'mymaster'): Promise<{ port: number; close(): Promise<void> }> {
+  const port = await closedPort()
+  const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-sentinel-'))
+  const conf = path.join(dir, 'sentinel.conf')
+  writeFileSync(conf, [
+    `port ${port}`, 'bind 127.0.0.1', `dir ${dir}`,
+    `sentinel monitor ${name} 127.0.0.1 ${primaryPort} 1`,
+    `sentinel down-after-milliseconds ${name} 2000`,
+  ].join('\n') + '\n')
+  const child = spawn('redis-server', [conf, '--sentinel'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  await new Promise<void>((resolve, reject) => {
+    let output = ''
+    const timer = setTimeout(() => reject(new Error(`redis sentinel on port ${port} did not start:\n${output}`)), 10_000)
+    child.stdout!.on('data', (chunk: Buffer) => {
+      output += String(chunk)
+      if (output.includes(`+monitor master ${name}`)) {
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`redis sentinel exited with ${code}:\n${output}`)) })
+  })
+  child.stdout!.resume()
+  return {
+    port,
+    close: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return
+      const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+      child.kill('SIGTERM')
+      await exited
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
 }

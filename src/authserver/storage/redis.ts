@@ -15,7 +15,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import { Redis } from 'ioredis'
+import { connectRedis } from './redis-connection.js'
+import { describeRedisUrl } from './redis-url.js'
 import { TemporarilyUnavailable } from '../../errors/oauth-errors.js'
 import type { ArtifactKind, ArtifactRecord, FoundArtifact, StorageAdapter, StorageOptions, StoredArtifact } from './adapter.js'
 
@@ -144,15 +145,7 @@ return {count, #ids}`,
 type Script = (...args: string[]) => Promise<unknown>
 type Scripts = Record<keyof typeof SCRIPTS | 'storeUnlock', Script>
 
-/** `redis://host:port`, without credentials, for messages. */
-function describeUrl(url: string): string {
-  try {
-    const { protocol, host } = new URL(url)
-    return `${protocol}//${host}`
-  } catch {
-    return 'the configured URL'
-  }
-}
+const describeUrl = describeRedisUrl
 
 function hashTagOf(prefix: string): string | undefined {
   const open = prefix.indexOf('{')
@@ -173,7 +166,7 @@ export async function createRedisAdapter(url: string, options: RedisStorageOptio
   if (!Number.isFinite(purgeIntervalMs) || purgeIntervalMs < 0) throw new RangeError('purgeIntervalMs must be 0 or a positive number')
   const log = options.log
 
-  const client = new Redis(url, {
+  const client = connectRedis(url, {
     lazyConnect: true,
     // Fail fast instead of queueing while disconnected, and never re-send a command that may have run
     // (a consume sent twice would refuse the caller its own refresh token).
