@@ -13,7 +13,7 @@ import { describe, expect, it, type TestContext } from 'vitest'
 import { codeId, issueAuthorizationCode } from '../src/authserver/authorization-codes.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
 import { ALICE, APP, TV2, callApi, passwordGrant, passwordSetup, postForm, refresh } from './support/authserver.js'
-import { CLI, spawnProcess } from './support/cli.js'
+import { CLI, spawnProcess, waitFor } from './support/cli.js'
 import { closedPort } from './support/upstream.js'
 
 const REDIS_URL = process.env.REDIS_URL
@@ -38,14 +38,6 @@ async function deleteKeys(prefix: string): Promise<void> {
   await redis.quit()
 }
 
-async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms`)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
-
 describe.skipIf(REDIS_URL === undefined)(`two instances sharing one Redis${REDIS_URL === undefined ? ' (REDIS_URL is not set)' : ''}`, () => {
   it('two processes (the compiled CLI): a token issued by A passes B, and a revocation on A is refused by B within 1 s', async (context) => {
     const prefix = `{portcullis-test-${randomUUID()}}:`
@@ -68,7 +60,7 @@ describe.skipIf(REDIS_URL === undefined)(`two instances sharing one Redis${REDIS
       await deleteKeys(prefix)
     })
     const [a, b] = [portA, portB].map((port) => ({ url: `http://127.0.0.1:${port}` }) as RunningGateway)
-    await waitFor(async () => (await fetch(`${b!.url}/jwks`).catch(() => undefined))?.status === 200, 15_000)
+    await waitFor('instance B to serve', async () => (await fetch(`${b!.url}/jwks`)).status === 200, 15_000)
     const tokens = await (async () => {
       for (;;) {
         const res = await passwordGrant(a!, 'orders:read').catch(() => undefined)
@@ -79,7 +71,7 @@ describe.skipIf(REDIS_URL === undefined)(`two instances sharing one Redis${REDIS
     const token = tokens.body.access_token as string
     expect((await callApi(b!, token)).status).toBe(200)
     expect((await postForm(a!, '/revoke', { token, ...APP })).status).toBe(200)
-    await waitFor(async () => (await callApi(b!, token)).status === 401, 1000)
+    await waitFor('B to refuse the revoked token', async () => (await callApi(b!, token)).status === 401, 1000)
   })
 
   it('a token issued by A passes B\'s gateway, and both sign with the same key', async (context) => {
@@ -112,7 +104,7 @@ describe.skipIf(REDIS_URL === undefined)(`two instances sharing one Redis${REDIS
     const token = tokens.body.access_token as string
     expect((await callApi(b, token)).status).toBe(200)
     expect((await postForm(a, '/revoke', { token, ...APP })).status).toBe(200)
-    await waitFor(async () => (await callApi(b, token)).status === 401, 1000)
+    await waitFor('B to refuse the revoked token', async () => (await callApi(b, token)).status === 401, 1000)
   })
 
   it('20 concurrent refreshes of one token spread over both instances: exactly one success', async (context) => {
@@ -172,6 +164,6 @@ describe.skipIf(REDIS_URL === undefined)(`two instances sharing one Redis${REDIS
     const admin = new Redis(REDIS_URL!)
     context.onTestFinished(() => { void admin.quit() })
     await admin.client('KILL', 'TYPE', 'pubsub')
-    await waitFor(async () => (await callApi(b, token)).status === 401, 5000)
+    await waitFor('B to resynchronise and refuse the token', async () => (await callApi(b, token)).status === 401, 5000)
   })
 })
