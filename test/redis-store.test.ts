@@ -213,15 +213,18 @@ describe('store.type: redis in the config', () => {
     expect(describeRedisUrl('redis+sentinel://:secret@h1:26379,h2:26380/mymaster')).toBe('sentinel mymaster at h1:26379,h2:26380')
   })
 
-  it('takes a redis:// or rediss:// url and a prefix with a hash tag', () => {
+  it('takes a redis://, rediss:// or redis+cluster:// url and a prefix with a hash tag', () => {
     const loaded = loadConfig('as.yaml', config('    type: redis\n    url: "rediss://:pw@redis.internal:6380/2"\n    prefix: "{auth}:"\n'), {})
     expect(loaded.authorization_server?.store).toEqual({ type: 'redis', url: 'rediss://:pw@redis.internal:6380/2', prefix: '{auth}:' })
+    const cluster = loadConfig('as.yaml', config('    type: redis\n    url: "redis+cluster://:pw@node-a:7000,node-b:7001"\n'), {})
+    expect(cluster.authorization_server?.store).toMatchObject({ type: 'redis', url: 'redis+cluster://:pw@node-a:7000,node-b:7001' })
   })
 
   it('needs url with type redis, and refuses a path, another scheme or a prefix without a hash tag', () => {
     expect(() => loadConfig('as.yaml', config('    type: redis\n'), {})).toThrow(/authorization_server\.store: type: redis needs url/)
     expect(() => loadConfig('as.yaml', config('    type: redis\n    url: "http://127.0.0.1:6379"\n'), {}))
-      .toThrow(/authorization_server\.store\.url: must be a redis:\/\/, rediss:\/\/ or redis\+sentinel:\/\//)
+      .toThrow(/authorization_server\.store\.url: must be a redis:\/\/, rediss:\/\/, redis\+sentinel:\/\/.* or redis\+cluster:\/\//)
+    expect(() => loadConfig('as.yaml', config('    type: redis\n    url: "redis+cluster://h:1/0"\n'), {})).toThrow(/authorization_server\.store\.url: must be/)
     expect(() => loadConfig('as.yaml', config('    type: redis\n    url: "redis://127.0.0.1"\n    path: ./x.db\n'), {}))
       .toThrow(/authorization_server\.store\.path: is not used with type: redis/)
     expect(() => loadConfig('as.yaml', config('    type: redis\n    url: "redis://127.0.0.1"\n    prefix: "portcullis:"\n'), {}))

@@ -82,7 +82,7 @@ function lintStore(store: AuthorizationServerConfig['store'], at: Array<string |
   if (store.path !== undefined) problems.push({ path: [...at, 'path'], message: 'is not used with type: redis; set url' })
   if (store.url === undefined) problems.push({ path: at, message: 'type: redis needs url (redis://host:6379 or rediss://host:6380)' })
   else if (!isRedisUrl(store.url)) {
-    problems.push({ path: [...at, 'url'], message: 'must be a redis://, rediss:// or redis+sentinel://host:26379[,host:port…]/master URL' })
+    problems.push({ path: [...at, 'url'], message: 'must be a redis://, rediss://, redis+sentinel://host:26379[,host:port…]/master or redis+cluster://host:port[,host:port…] URL' })
   }
   // Redis Cluster hashes only what is inside the first {…}: every key of the store must land in one slot.
   if (store.prefix !== undefined && !/^[^{]*\{[^}]+\}/.test(store.prefix)) {
