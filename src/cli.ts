@@ -263,12 +263,25 @@ async function rotateKeys(configFile: string): Promise<number> {
     for (const kid of added) console.log(`added ${kid}`)
     for (const kid of retiring) console.log(`retiring ${kid}`)
     console.log(`new keys sign from ${new Date(activatesAt).toISOString()}; retiring keys leave the JWKS at ${new Date(retiresAt).toISOString()}`)
+    // Running instances re-read the store every 30 s; on Redis they are told at once.
+    if (redis) await announceKeys(settings.store.url!, settings.store.prefix, warn)
     return 0
   } catch (error) {
     console.error(`keys rotate: ${oneLine(error)}`)
     return 1
   } finally {
     await store.close()
+  }
+}
+
+/** Tells the instances sharing the Redis store that the signing keys changed (they publish the new ones at once). */
+async function announceKeys(url: string, prefix: string, warn: (fields: unknown, message?: string) => void): Promise<void> {
+  const { createRedisBroadcast, revocationChannel } = await import('./authserver/broadcast.js')
+  const broadcast = createRedisBroadcast(url, revocationChannel(prefix), { debug: () => {}, warn, error: warn })
+  try {
+    await broadcast.publish({ keys: true })
+  } finally {
+    await broadcast.close()
   }
 }
 

@@ -15,14 +15,19 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import { connectRedis } from './storage/redis-connection.js'
 
-/** What travels on the channel: a JWT's jti with its exp (seconds), or an opaque token's hash. */
+/**
+ * What travels on the channel: a JWT's jti with its exp (seconds), or an opaque token's hash; or `keys`,
+ * sent by `portcullis keys rotate`: the signing keys in the store changed, reload them now.
+ */
 export interface RevocationMessage {
   readonly jti?: { readonly jti: string; readonly exp: number }
   readonly tokenHash?: string
+  readonly keys?: true
 }
 
 export interface Broadcast {
-  publish(message: RevocationMessage): void
+  /** Resolves once Redis took the message, or once every retry failed (logged); never rejects. */
+  publish(message: RevocationMessage): Promise<void>
   /** `onMessage` for every other instance's revocation; `onResync` after messages may have been missed. */
   subscribe(onMessage: (message: RevocationMessage) => void, onResync: () => void): void
   close(): Promise<void>
@@ -54,7 +59,12 @@ export function subscriberName(channel: string): string {
 
 type Publisher = { revocationPublish(counter: string, channel: string, message: string, ttl: string): Promise<number> }
 
-export function createRedisBroadcast(url: string, channel: string, log: FastifyBaseLogger): Broadcast {
+/** The channel of a store prefix: deployments (and tests) sharing one Redis never hear each other. */
+export function revocationChannel(prefix: string): string {
+  return `${prefix}revocations`
+}
+
+export function createRedisBroadcast(url: string, channel: string, log: Pick<FastifyBaseLogger, 'debug' | 'warn' | 'error'>): Broadcast {
   const origin = randomUUID()
   // The counter shares the channel's name, and so the store prefix's {hash tag}: one Cluster slot.
   const counter = `${channel}:seq`
@@ -74,19 +84,27 @@ export function createRedisBroadcast(url: string, channel: string, log: FastifyB
   }
   let closed = false
 
-  const send = (text: string, attempt: number) => {
-    (publisher as unknown as Publisher).revocationPublish(counter, channel, text, String(SEQUENCE_TTL_MS)).catch((error: unknown) => {
-      // The revocation is in the store already; a retry reaches the others sooner than their resync would.
-      if (closed) return
-      if (attempt >= PUBLISH_ATTEMPTS) log.warn({ err: error }, 'revocation broadcast: publish failed; the other instances resynchronise when they notice')
-      else later(PUBLISH_RETRY_MS, () => send(text, attempt + 1))
-    })
+  const send = async (text: string): Promise<void> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await (publisher as unknown as Publisher).revocationPublish(counter, channel, text, String(SEQUENCE_TTL_MS))
+        return
+      } catch (error) {
+        // The revocation is in the store already; a retry reaches the others sooner than their resync would.
+        if (closed) return
+        if (attempt >= PUBLISH_ATTEMPTS) {
+          log.warn({ err: error }, 'revocation broadcast: publish failed; the other instances resynchronise when they notice')
+          return
+        }
+        await new Promise((resolve) => later(PUBLISH_RETRY_MS, () => resolve(undefined)))
+      }
+    }
   }
 
   return {
     publish(message) {
       const envelope: Envelope = { ...message, origin }
-      send(JSON.stringify(envelope), 1)
+      return send(JSON.stringify(envelope))
     },
     subscribe(onMessage, onResync) {
       /** The highest sequence number received (or known to be covered by a resync); undefined until subscribed. */

@@ -84,9 +84,8 @@ function asOAuthError(error: FastifyError): unknown {
 
 /** The Redis connections beside the store's: the revocation channel, and the shared throttle counters. */
 async function connectShared(url: string, prefix: string, log: FastifyBaseLogger) {
-  const [{ createRedisBroadcast }, { connectRedis }] = await Promise.all([import('./broadcast.js'), import('./storage/redis-connection.js')])
-  // Under the store's prefix: deployments (and tests) sharing one Redis never hear each other.
-  const broadcast = createRedisBroadcast(url, `${prefix}revocations`, log)
+  const [{ createRedisBroadcast, revocationChannel }, { connectRedis }] = await Promise.all([import('./broadcast.js'), import('./storage/redis-connection.js')])
+  const broadcast = createRedisBroadcast(url, revocationChannel(prefix), log)
   // Fail fast (the insurance limiter in memory takes over), never hang a request on a frozen Redis.
   const limiterClient = connectRedis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 1000, socketTimeout: 10_000 })
   limiterClient.on('error', (error: Error) => log.debug({ err: error }, 'throttle store error'))
@@ -118,7 +117,12 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   await revocations.load()
   // Several instances on one Redis: revocations travel between them, and brute-force counters are shared.
   const shared = settings.store.type === 'redis' ? await connectShared(settings.store.url!, settings.store.prefix, log) : undefined
-  if (shared) revocations.attach(shared.broadcast)
+  if (shared) {
+    revocations.onKeysChanged = () => {
+      keys.reload().catch((error: unknown) => log.warn({ err: error }, 'could not reload the signing keys from the store; keeping the loaded ones'))
+    }
+    revocations.attach(shared.broadcast)
+  }
   const limiter = shared ? redisLimiter(shared.limiterClient, settings.store.prefix) : undefined
   const audit = options.audit ?? silentAudit
   const onEngaged: ThrottleEngaged = ({ throttle, key, retryAfterSeconds }) =>

@@ -14,6 +14,8 @@ export class RevocationList {
   onRevoke: (selector: InvalidationSelector) => void = () => {}
   /** Set by the gateway: drops every cached token of the embedded issuer (revocations may have been missed). */
   onResync: () => void = () => {}
+  /** Set by the server: re-reads the signing keys (`portcullis keys rotate` ran, or messages were missed). */
+  onKeysChanged: () => void = () => {}
 
   constructor(private readonly store: StorageAdapter, private readonly now: () => number,
     private readonly log?: { warn(fields: object, message: string): void }) {}
@@ -26,6 +28,7 @@ export class RevocationList {
   attach(broadcast: Broadcast): void {
     this.broadcast = broadcast
     broadcast.subscribe((message) => this.apply(message), () => {
+      this.onKeysChanged()
       this.load().then(() => this.onResync(), (error: unknown) => {
         this.log?.warn({ err: error }, 'revocations: reload after reconnect failed; dropping cached embedded tokens anyway')
         this.onResync()
@@ -39,6 +42,7 @@ export class RevocationList {
       this.onRevoke({ jti: message.jti.jti })
     }
     if (typeof message.tokenHash === 'string') this.onRevoke({ tokenHash: message.tokenHash })
+    if (message.keys === true) this.onKeysChanged()
   }
 
   /** Loads the deny-list kept by earlier runs. */
@@ -62,12 +66,12 @@ export class RevocationList {
     this.revoked.set(jti, exp * 1000)
     await this.store.upsert('revoked_jti', jti, { exp }, ttl)
     this.onRevoke({ jti })
-    this.broadcast?.publish({ jti: { jti, exp } })
+    void this.broadcast?.publish({ jti: { jti, exp } })
   }
 
   /** An opaque access token left the store: evict it from the caches here and on every other instance. */
   revokeHash(tokenHash: string): void {
     this.onRevoke({ tokenHash })
-    this.broadcast?.publish({ tokenHash })
+    void this.broadcast?.publish({ tokenHash })
   }
 }
