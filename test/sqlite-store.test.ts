@@ -134,6 +134,26 @@ describe('sqlite storage adapter', () => {
     expect(won.sort((a, b) => a - b)).toStrictEqual(Array.from({ length: codes }, (_, i) => i))
   })
 
+  it('group commit: writes asked for in one turn run together on the next, each settles only once committed, and a failing one fails alone', async () => {
+    const file = path.join(tempDir(), 'store.db')
+    const store = createSqliteAdapter(file, { purgeIntervalMs: 0 })
+    onTestFinished(() => store.close())
+    const other = raw(file)
+    const visible = (id: string) => other.prepare('SELECT 1 FROM artifacts WHERE id = ?').get(id) !== undefined
+    const seen: Array<[string, boolean[]]> = []
+    const written = (id: string) => store.upsert('grant', id, { sub: id }, 60).then(() => { seen.push([id, ['a', 'b', 'c'].map(visible)]) })
+    // An object where a grantId must be text cannot be bound: that statement fails, inside the batch.
+    const failing = store.upsert('grant', 'bad', { grantId: {} as unknown as string }, 60)
+    const pending = [written('a'), written('b'), failing, written('c')]
+    // Nothing is written while the turn that asked goes on.
+    expect(['a', 'b', 'c'].map(visible)).toEqual([false, false, false])
+    const results = await Promise.allSettled(pending)
+    expect(results.map((result) => result.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled'])
+    // When the first promise settled, all three rows were committed (visible to another connection): one batch.
+    expect(seen).toEqual([['a', [true, true, true]], ['b', [true, true, true]], ['c', [true, true, true]]])
+    expect(visible('bad')).toBe(false)
+  })
+
   it('creates the file and its missing directories, readable by its owner only', async () => {
     const file = path.join(tempDir(), 'nested', 'data', 'portcullis.db')
     const store = createSqliteAdapter(file)

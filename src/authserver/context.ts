@@ -1,6 +1,7 @@
 /** Everything an endpoint or grant of the embedded server needs, built once by createAuthServer. */
+import type { KeyObject } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import type { JSONWebKeySet, JWTVerifyGetKey, CryptoKey } from 'jose'
+import type { JSONWebKeySet, JWTVerifyGetKey } from 'jose'
 import type { AuditLog } from '../audit/audit.js'
 import type { Metrics } from '../metrics/metrics.js'
 import type { ClientRegistry } from './clients.js'
@@ -15,7 +16,8 @@ export type SigningAlgorithm = 'ES256' | 'RS256' | 'EdDSA'
 export interface ActiveSigningKey {
   readonly kid: string
   readonly alg: SigningAlgorithm
-  readonly privateKey: CryptoKey
+  /** node:crypto's form of the private key, for crypto/jws.ts. */
+  readonly privateKey: KeyObject
 }
 
 /** The server's own keys (src/authserver/keys.ts): generated on first start, kept in the store. */

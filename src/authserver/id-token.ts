@@ -9,7 +9,7 @@
  * browser storage) never carries more about the user than their subject.
  */
 import { createHash } from 'node:crypto'
-import { SignJWT } from 'jose'
+import { signCompactJws } from '../crypto/jws.js'
 import type { RegisteredClient } from './clients.js'
 import type { AuthServerContext, SigningAlgorithm } from './context.js'
 import type { GrantRecord, TokenResponseBody } from './tokens.js'
@@ -51,23 +51,21 @@ export async function issueIdToken(ctx: AuthServerContext, request: IdTokenReque
   const { client, grant, nonce } = request
   const key = ctx.keys.current(signingAlgorithm(ctx, client))
   const iat = Math.floor(ctx.now() / 1000)
-  return new SignJWT({
+  // ID-02: typ JWT, so no resource server mistakes it for an RFC 9068 access token (AT-06).
+  return signCompactJws({ alg: key.alg, kid: key.kid, typ: 'JWT' }, {
     // OIDC Core §2 makes azp optional beside a single aud; it names the client outright, whatever the verifier.
     azp: client.clientId,
     ...(grant.authTime !== undefined && { auth_time: grant.authTime }),
     ...(nonce !== undefined && { nonce }),
     at_hash: accessTokenHash(accessToken, key.alg),
-  })
-    // ID-02: typ JWT, so no resource server mistakes it for an RFC 9068 access token (AT-06).
-    .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'JWT' })
-    .setIssuer(ctx.settings.issuer)
-    .setSubject(grant.sub)
-    .setAudience(client.clientId)
-    .setIssuedAt(iat)
+    iss: ctx.settings.issuer,
+    sub: grant.sub,
+    aud: client.clientId,
+    iat,
     // The access-token TTL: a rotated-out key stays published that long after its successor starts
     // signing (keyRetirementSeconds), so an ID token never outlives the key that verifies it.
-    .setExpirationTime(iat + ctx.settings.accessTokenTtlSeconds)
-    .sign(key.privateKey)
+    exp: iat + ctx.settings.accessTokenTtlSeconds,
+  }, key.privateKey)
 }
 
 /** ID-01: `body` with an `id_token` when `openid` is in the granted scope, else `body` unchanged. */

@@ -11,6 +11,7 @@
  * from one clock (one host: SQLite, memory); a store shared between hosts (Redis) also offers `withLock`,
  * so that one process generates the first keys while the others wait and then load them.
  */
+import { createPrivateKey, type JsonWebKey, type KeyObject } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import {
   calculateJwkThumbprint, errors, exportJWK, generateKeyPair, importJWK, type CryptoKey, type JSONWebKeySet, type JWK,
@@ -53,7 +54,8 @@ interface LoadedKey {
   /** What the JWKS shows: public members only (JW-02), with kid, use and alg (JW-03). */
   readonly published: JWK
   readonly publicKey: CryptoKey
-  readonly privateKey: CryptoKey
+  /** For signing with node:crypto (crypto/jws.ts). */
+  readonly privateKey: KeyObject
 }
 
 export interface KeyManagerOptions {
@@ -316,10 +318,8 @@ export class KeyManager implements SigningKeys {
       }
       const published = publicMembers(stored)
       try {
-        const [publicKey, privateKey] = await Promise.all([
-          importJWK(published, stored.alg) as Promise<CryptoKey>,
-          importJWK(stored.privateJwk, stored.alg) as Promise<CryptoKey>,
-        ])
+        const publicKey = await importJWK(published, stored.alg) as CryptoKey
+        const privateKey = createPrivateKey({ key: stored.privateJwk as JsonWebKey, format: 'jwk' })
         loaded.set(stored.kid, { stored, published, publicKey, privateKey })
       } catch (error) {
         this.options.log.warn({ kid: stored.kid, err: error }, 'ignoring a signing key in the store that does not import')

@@ -3,7 +3,8 @@
  * tokens of 256 random bits stored only as SHA-256 hashes, each in a rotation family (the grant).
  */
 import { randomBytes, randomUUID } from 'node:crypto'
-import { SignJWT } from 'jose'
+import { signCompactJws } from '../crypto/jws.js'
+import { LRUCache } from 'lru-cache'
 import { tokenHash } from '../authn/token-cache.js'
 import type { AuthServerSettings } from './settings.js'
 import type { SigningKeys } from './context.js'
@@ -68,8 +69,22 @@ export interface TokenResponseBody {
 }
 
 export class TokenService {
+  /**
+   * The records of the access tokens issued last, by id, until the token endpoint's audit line takes them:
+   * it names the subject and grant without reading back what was just written. Bounded: a line whose
+   * record fell out reads the store instead.
+   */
+  private readonly justIssued = new LRUCache<string, StoredAccessToken>({ max: 1024 })
+
   constructor(private readonly settings: AuthServerSettings, private readonly keys: SigningKeys,
     private readonly store: StorageAdapter, private readonly now: () => number) {}
+
+  /** The record of an access token issued moments ago (by jti, or hash for an opaque one), once. */
+  takeIssued(id: string): StoredAccessToken | undefined {
+    const record = this.justIssued.get(id)
+    this.justIssued.delete(id)
+    return record
+  }
 
   private nowSeconds(): number {
     return Math.floor(this.now() / 1000)
@@ -117,22 +132,21 @@ export class TokenService {
     } else {
       const key = this.keys.current(settings.algorithm)
       // RFC 9068 §2: typ at+jwt, and iss, exp, aud, sub, client_id, iat, jti.
-      token = await new SignJWT({
+      token = signCompactJws({ alg: key.alg, kid: key.kid, typ: 'at+jwt' }, {
         client_id: grant.clientId,
         scope: record.scope,
         ...(grant.authTime !== undefined && { auth_time: grant.authTime }),
-      })
-        .setProtectedHeader({ alg: key.alg, kid: key.kid, typ: 'at+jwt' })
-        .setIssuer(settings.issuer)
-        .setSubject(grant.sub)
-        .setAudience(audience.length === 1 ? audience[0]! : [...audience])
-        .setIssuedAt(iat)
-        .setExpirationTime(exp)
-        .setJti(jti)
-        .sign(key.privateKey)
+        iss: settings.issuer,
+        sub: grant.sub,
+        aud: audience.length === 1 ? audience[0]! : [...audience],
+        iat,
+        exp,
+        jti,
+      }, key.privateKey)
       id = jti
     }
     await this.store.upsert('access_token', id, { ...record }, expiresIn)
+    this.justIssued.set(id, record)
     return { token, expiresIn }
   }
 
@@ -151,9 +165,14 @@ export class TokenService {
   /** The T-04 response: an access token, and a refresh token when the client may refresh. */
   async respond(client: RegisteredClient, grant: GrantRecord, scope: readonly string[], withRefresh: boolean,
     audience?: readonly string[]): Promise<TokenResponseBody> {
-    const { token, expiresIn } = await this.issueAccessToken(grant, scope, audience)
-    const body: TokenResponseBody = { access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: scope.join(' ') }
-    if (withRefresh && client.grantTypes.has('refresh_token')) body.refresh_token = await this.issueRefreshToken(grant)
-    return body
+    // Written together: one commit of the store (group commit) rather than two in a row.
+    const [{ token, expiresIn }, refreshToken] = await Promise.all([
+      this.issueAccessToken(grant, scope, audience),
+      withRefresh && client.grantTypes.has('refresh_token') ? this.issueRefreshToken(grant) : undefined,
+    ])
+    return {
+      access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: scope.join(' '),
+      ...(refreshToken !== undefined && { refresh_token: refreshToken }),
+    }
   }
 }

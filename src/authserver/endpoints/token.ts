@@ -26,7 +26,7 @@ async function auditIssued(ctx: AuthServerContext, request: FastifyRequest, gran
   let record: StoredAccessToken | undefined
   try {
     const id = ctx.settings.accessTokenFormat === 'jwt' ? decodeJwt(body.access_token).jti : tokenHash(body.access_token)
-    if (id !== undefined) record = await ctx.store.find('access_token', id) as StoredAccessToken | undefined
+    if (id !== undefined) record = ctx.tokens.takeIssued(id) ?? await ctx.store.find('access_token', id) as StoredAccessToken | undefined
   } catch (error) {
     // The tokens are issued: a lookup that fails now costs the line its details, never the client its response.
     request.log.warn({ err: error }, 'audit: the issued access token\'s record could not be read')

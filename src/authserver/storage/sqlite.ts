@@ -48,7 +48,8 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
   // In WAL mode, NORMAL already survives kill -9 (a commit is in the OS page cache before COMMIT returns),
   // but a power loss or kernel crash may roll back the last commits: a consumed refresh token or code
   // would become usable again, and a newly published signing key could vanish. FULL fsyncs the WAL on
-  // every commit, so nothing committed is lost to either; the price is one fsync per write.
+  // every commit, so nothing committed is lost to either; the price is one fsync per commit, shared by
+  // the writes of one event-loop turn (groupCommit below).
   db.pragma('synchronous = FULL')
   db.pragma('busy_timeout = 5000')
   try {
@@ -94,10 +95,13 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
 
   const timer = purgeIntervalMs > 0 ? setInterval(() => { try { purgeExpired() } catch { /* next tick retries */ } }, purgeIntervalMs) : undefined
   timer?.unref()
+  const write = groupCommit(db)
 
   return {
-    async upsert(kind, id, value, expiresInSeconds) {
-      statements.upsert.run(kind, id, JSON.stringify(value), value.grantId ?? null, value.userCode ?? null, now() + expiresInSeconds * 1000)
+    upsert(kind, id, value, expiresInSeconds) {
+      const text = JSON.stringify(value)
+      const expiresAt = now() + expiresInSeconds * 1000
+      return write(() => { statements.upsert.run(kind, id, text, value.grantId ?? null, value.userCode ?? null, expiresAt) })
     },
     async find(kind, id) {
       const row = statements.find.get(kind, id, now())
@@ -107,16 +111,16 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
       const row = statements.findByUserCode.get(userCode, now())
       return row && parse(row)
     },
-    async consume(kind, id) {
+    consume(kind, id) {
       const at = now()
-      return statements.consume.run(at, kind, id, at).changes === 1
+      return write(() => statements.consume.run(at, kind, id, at).changes === 1)
     },
-    async destroy(kind, id) {
-      statements.destroy.run(kind, id)
+    destroy(kind, id) {
+      return write(() => { statements.destroy.run(kind, id) })
     },
-    async revokeByGrantId(grantId) {
+    revokeByGrantId(grantId) {
       // One statement, so atomic. An unreadable row is deleted too, and still reported so its id can be deny-listed.
-      return statements.revoke.all(grantId, grantId).map((row) => record(row, parse(row) ?? {}))
+      return write(() => statements.revoke.all(grantId, grantId).map((row) => record(row, parse(row) ?? {})))
     },
     async list(kind) {
       return statements.list.all(kind, now()).flatMap((row) => {
@@ -132,9 +136,59 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
     },
     async close() {
       clearInterval(timer)
+      await write.drain()
       if (db.open) db.close()
     },
   }
+}
+
+interface PendingWrite {
+  readonly run: () => unknown
+  readonly resolve: (value: never) => void
+  readonly reject: (error: unknown) => void
+}
+
+/**
+ * Group commit: the writes asked for during one turn of the event loop run in one IMMEDIATE transaction on
+ * the next turn, so that concurrent requests share one fsync (synchronous = FULL) instead of paying one
+ * each. A caller's promise settles only once the transaction has committed: nothing is answered before it
+ * is on disk. Each write keeps its own outcome (a failing statement is undone alone, SQLite's statement
+ * atomicity); a failed COMMIT fails every write of the batch. Writes run in the order they were asked for,
+ * so a consume is still a compare-and-set: the first consume of an id in a batch wins.
+ */
+function groupCommit(db: Database.Database): (<T>(run: () => T) => Promise<T>) & { drain(): Promise<void> } {
+  let queue: PendingWrite[] = []
+  let flushed: Promise<void> | undefined
+  const flush = () => {
+    const batch = queue
+    queue = []
+    flushed = undefined
+    const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = []
+    try {
+      db.transaction(() => {
+        for (const pending of batch) {
+          try {
+            outcomes.push({ ok: true, value: pending.run() })
+          } catch (error) {
+            outcomes.push({ ok: false, error })
+          }
+        }
+      }).immediate()
+    } catch (error) {
+      for (const pending of batch) pending.reject(error)
+      return
+    }
+    batch.forEach((pending, i) => {
+      const outcome = outcomes[i]!
+      if (outcome.ok) pending.resolve(outcome.value as never)
+      else pending.reject(outcome.error)
+    })
+  }
+  const write = <T>(run: () => T): Promise<T> => new Promise<T>((resolve, reject) => {
+    queue.push({ run, resolve: resolve as (value: never) => void, reject })
+    flushed ??= new Promise<void>((done) => setImmediate(() => { flush(); done() }))
+  })
+  return Object.assign(write, { drain: async () => { while (flushed) await flushed } })
 }
 
 /**
