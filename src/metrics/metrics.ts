@@ -187,6 +187,9 @@ export class Metrics {
     registers: [this.registry],
   })
 
+  private readonly requestCounters = new Map<string, { inc(): void }>()
+  private readonly requestDurations = new Map<string, { observe(value: number): void }>()
+
   constructor(options: { defaultMetrics?: boolean } = {}) {
     // Process metrics (CPU, memory, event loop lag, GC), prefixed like ours.
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: 'portcullis_' })
@@ -201,8 +204,22 @@ export class Metrics {
 
   /** One request on the proxy path, at the end of its response. */
   observeRequest(route: string, method: string, status: number, decision: Decision, reason: string, seconds: number): void {
-    this.requests.inc({ route, method: METHODS.has(method) ? method : 'OTHER', status: String(status), decision, reason })
-    this.requestDuration.observe({ route }, seconds)
+    // The labelled children are looked up by one string, not by hashing a label object per request: this
+    // runs on every proxied request. Every part is bounded (route ids, methods, statuses, reasons).
+    const verb = METHODS.has(method) ? method : 'OTHER'
+    const key = `${route}\u0000${verb}\u0000${status}\u0000${decision}\u0000${reason}`
+    let counter = this.requestCounters.get(key)
+    if (!counter) {
+      counter = this.requests.labels({ route, method: verb, status: String(status), decision, reason })
+      this.requestCounters.set(key, counter)
+    }
+    counter.inc()
+    let duration = this.requestDurations.get(route)
+    if (!duration) {
+      duration = this.requestDuration.labels({ route })
+      this.requestDurations.set(route, duration)
+    }
+    duration.observe(seconds)
   }
 
   /**
