@@ -1,0 +1,742 @@
+#!/usr/bin/env node
+// Portcullis benchmark suite (a measurement, not a test): every scenario of issue 8 side by side with a bare
+// fastify + @fastify/http-proxy baseline measured in the same run, one Markdown table, the issue's targets.
+//
+//   npm run bench                      full run: 3 interleaved reps, 3 s warm-up + 10 s per scenario and rep,
+//                                      100 000 cache entries (about 11 minutes)
+//   npm run bench -- --quick           smoke run, under a minute: 1 rep, 1 s warm-up + 0.5 s, 5 000 entries
+//   npm run bench -- --scenarios b,d --reps 5 --duration 20
+//
+// (npm run bench = npm run build --silent && node --expose-gc bench/run.mjs)
+//
+// Options: --quick, --duration S (measured seconds per run; default 10), --warmup S (default 3), --reps N
+// (default 3), --scenarios LIST (default all; `e` selects both e-… rows, `b` also b@2000, …),
+// --connections N (default 50 for the proxy scenarios, 20 for the token endpoint), --entries N (cached
+// tokens for (i); default 100 000). REDIS_URL (default redis://127.0.0.1:6379) for the Redis rows.
+//
+// Scenarios (the request is GET /api/items/42 with a Bearer token, the answer the upstream's ~100-byte JSON):
+//   a         the upstream alone (node:http, bench/servers.mjs); here it is the process under test
+//   b         bare fastify + @fastify/http-proxy, no auth, logger off (bench/bare-proxy.mjs): the baseline
+//   c         Portcullis, an `auth: none` route
+//   d         Portcullis, ES256 JWT, verified-token cache hit (same token), scope check, identity headers
+//   e-es256   Portcullis, JWT cold: a distinct pre-minted token on every request (every request verifies
+//   e-rs256   a signature), ES256 and RS256 (2048) keys from a jwks_file
+//   f         Portcullis, opaque token, RFC 7662 introspection answer from the cache
+//   g-sqlite  embedded authorization server, client_credentials grants/s on SQLite (and g-redis on Redis)
+//   h-sqlite  refresh_token grants/s on SQLite (and h-redis on Redis): each request presents the refresh
+//             token a previous response rotated in
+//   b@2000    (b) and (d) at a fixed 2 000 requests/s: latency at a moderate load
+//   d@2000
+//   i         memory of the token caches with `entries` tokens each, and their bound (bench/memory.mjs)
+//
+// Method (as ../shared/reference/performance-baselines.md): everything on 127.0.0.1, ports from the OS. The
+// process under test is pinned to CPU 0; this process (the load generator, autocannon) and the upstream and
+// introspection servers to CPU 1, when taskset exists. Every (scenario, rep) starts a fresh process under
+// test, passes a correctness gate (expected status and body; 401 without a token where auth applies), is
+// warmed up, then measured for a fixed duration. Reps are interleaved (a b c … a b c …) with the order
+// rotated each rep. CPU µs/req is the process under test's utime+stime (/proc/<pid>/stat) over the measured
+// run divided by the requests answered. Ratios to (b) are paired: per rep, then the median over the reps.
+// Latency percentiles are computed here from every 2xx response time (autocannon's own are whole ms).
+// Raw reps go to bench/results/<YYYY-MM-DD>.json (each run appended to that day's file).
+import { spawn, spawnSync } from 'node:child_process'
+import { randomBytes, scryptSync } from 'node:crypto'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import http from 'node:http'
+import net from 'node:net'
+import { cpus, tmpdir } from 'node:os'
+import path from 'node:path'
+import readline from 'node:readline'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+import { performance } from 'node:perf_hooks'
+import autocannon from 'autocannon'
+import { Redis } from 'ioredis'
+import { BODY, OPAQUE_ISSUER } from './servers.mjs'
+import { AUDIENCE, ISSUER, generateKeys, mintTokens, mintTokensParallel } from './tokens.mjs'
+
+const here = path.dirname(fileURLToPath(import.meta.url))
+const root = path.resolve(here, '..')
+const started = Date.now()
+
+// ---- options ---------------------------------------------------------------------------------------------
+const { values: opts } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    duration: { type: 'string' },
+    warmup: { type: 'string' },
+    reps: { type: 'string' },
+    scenarios: { type: 'string' },
+    connections: { type: 'string' },
+    entries: { type: 'string' },
+  },
+})
+const QUICK = opts.quick
+// A fresh process needs about 1.5 s of full load before its code is optimised and its throughput steady, so
+// the warm-up cannot shrink much in the quick mode: it has a single rep instead (13 fresh processes a rep).
+const DURATION = Number(opts.duration ?? (QUICK ? 0.5 : 10))
+const WARMUP = Number(opts.warmup ?? (QUICK ? 1 : 3))
+const REPS = Number(opts.reps ?? (QUICK ? 1 : 3))
+const PROXY_CONNECTIONS = Number(opts.connections ?? 50)
+const TOKEN_CONNECTIONS = Number(opts.connections ?? 20)
+const ENTRIES = Number(opts.entries ?? (QUICK ? 5000 : 100_000))
+const FIXED_RATE = 2000
+/** Cold (e) scenarios: tokens minted per run = this rate ceiling × (warm-up + duration) × margin. */
+const COLD_CEILING = 6000
+const COLD_MARGIN = 1.3
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+for (const [name, value] of Object.entries({ DURATION, WARMUP, REPS, PROXY_CONNECTIONS, TOKEN_CONNECTIONS, ENTRIES })) {
+  if (!Number.isFinite(value) || value < 0 || (name !== 'WARMUP' && value === 0)) throw new Error(`bad --${name.toLowerCase()}: ${value}`)
+}
+
+// ---- small helpers ---------------------------------------------------------------------------------------
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+/** A sleep that does not keep the process alive (the losing side of a race). */
+const deadline = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref())
+const median = (xs) => {
+  const s = xs.filter((x) => x !== undefined && !Number.isNaN(x)).sort((a, b) => a - b)
+  if (s.length === 0) return undefined
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2
+}
+/** Nearest-rank percentile of an ascending array. */
+const percentile = (sorted, p) => (sorted.length === 0 ? undefined : sorted[Math.max(0, Math.ceil(p * sorted.length) - 1)])
+const log = (...args) => console.error(...args)
+const int = (n) => (n === undefined ? '—' : Math.round(n).toLocaleString('en-US'))
+const ms = (n) => (n === undefined ? '—' : n.toFixed(2))
+const times = (n) => (n === undefined ? '—' : `${n.toFixed(2)}×`)
+const form = (fields) => new URLSearchParams(fields).toString()
+
+const hasTaskset = spawnSync('taskset', ['-c', '0', 'true']).status === 0 && cpus().length >= 2
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100
+
+/** utime + stime of a process, in µs. */
+function cpuMicros(pid) {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
+  return (Number(fields[11]) + Number(fields[12])) * 1e6 / CLK_TCK
+}
+
+/** [busy, total, steal] jiffies of CPU 0 and CPU 1 (from /proc/stat): how busy each core was. */
+function cpuTicks() {
+  return readFileSync('/proc/stat', 'utf8').split('\n').filter((line) => /^cpu[01] /.test(line)).map((line) => {
+    const [user, nice, system, idle, iowait, irq, softirq, steal = 0] = line.trim().split(/\s+/).slice(1).map(Number)
+    const busy = user + nice + system + irq + softirq
+    return [busy, busy + idle + iowait + steal, steal]
+  })
+}
+const ticksPercent = (before, after, field) => before.map((b, i) => Math.round(100 * (after[i][field] - b[field]) / Math.max(1, after[i][1] - b[1])))
+
+/** A port the OS says is free now (for Portcullis, whose config names its port). */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address()
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+/** One HTTP request on a connection of its own (no pool left holding sockets to the process under test). */
+function request(url, { method = 'GET', headers = {}, body } = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method, headers, agent: false, timeout: 5000 }, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk) => { text += chunk })
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: text }))
+    })
+    req.on('timeout', () => req.destroy(new Error(`timeout: ${method} ${url}`)))
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+function expect(condition, message) {
+  if (!condition) throw new Error(`correctness gate: ${message}`)
+}
+
+// ---- processes -------------------------------------------------------------------------------------------
+const live = new Set()
+process.on('exit', () => { for (const child of live) child.kill('SIGKILL') })
+for (const signal of ['SIGINT', 'SIGTERM']) process.once(signal, () => process.exit(130))
+
+/** Starts `node args…`, pinned to `cpu` when taskset exists (taskset execs node: same pid). */
+function launch(name, cpu, args, { stdout = 'pipe', nodeArgs = [] } = {}) {
+  const argv = [process.execPath, ...nodeArgs, ...args]
+  const child = hasTaskset && cpu !== undefined
+    ? spawn('taskset', ['-c', String(cpu), ...argv], { stdio: ['ignore', stdout, 'pipe'], cwd: root })
+    : spawn(argv[0], argv.slice(1), { stdio: ['ignore', stdout, 'pipe'], cwd: root })
+  live.add(child)
+  let stderr = ''
+  child.stderr.setEncoding('utf8')
+  child.stderr.on('data', (chunk) => { stderr = (stderr + chunk).slice(-4000) })
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => { live.delete(child); resolve({ code, signal }) }))
+  const proc = {
+    name, pid: child.pid, child, exited,
+    stderr: () => stderr.trim(),
+    done: false,
+    async stop() {
+      if (proc.done) return
+      proc.done = true
+      child.kill('SIGTERM')
+      const stopped = await Promise.race([exited, deadline(5000).then(() => false)])
+      if (stopped === false) {
+        child.kill('SIGKILL')
+        await exited
+      }
+    },
+  }
+  exited.then(() => { proc.done = true })
+  return proc
+}
+
+/** The port a helper process prints as {"port":N} once listening. */
+async function portOf(proc) {
+  const lines = readline.createInterface({ input: proc.child.stdout })
+  const port = new Promise((resolve) => lines.once('line', (line) => resolve(JSON.parse(line).port)))
+  const failed = proc.exited.then(({ code, signal }) => { throw new Error(`${proc.name} exited (${code ?? signal}) before listening: ${proc.stderr()}`) })
+  const timeout = deadline(20_000).then(() => { throw new Error(`${proc.name} did not start in 20 s`) })
+  return Promise.race([port, failed, timeout])
+}
+
+/** A Portcullis process on a free port with the config `yaml(port)`, once it answers HTTP. */
+async function startPortcullis(name, dir, yaml) {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort()
+    mkdirSync(dir, { recursive: true })
+    const config = path.join(dir, 'portcullis.yaml')
+    writeFileSync(config, yaml(port))
+    const proc = launch(name, 0, [path.join(root, 'dist/cli.js'), 'start', '--config', config], { stdout: 'ignore' })
+    const giveUp = Date.now() + 20_000
+    while (!proc.done && Date.now() < giveUp) {
+      const answered = await request(`http://127.0.0.1:${port}/__bench_ready`).then(() => true, () => false)
+      if (answered) return { proc, port, base: `http://127.0.0.1:${port}` }
+      await sleep(10)
+    }
+    await proc.stop()
+    // The port may have been taken between freePort() and the listen: try another one.
+    if (attempt >= 3 || !/EADDRINUSE/.test(proc.stderr())) throw new Error(`${name} did not start: ${proc.stderr()}`)
+  }
+}
+
+// ---- the scenarios ---------------------------------------------------------------------------------------
+const PATH = '/api/items/42'
+const SECRET = 'bench-secret-0123456789'
+const PASSWORD = 'bench-password'
+// A deliberately cheap scrypt hash (N = 16): the password logins that seed (h) must not cost 100 ms each.
+const PASSWORD_SALT = randomBytes(16)
+const PASSWORD_HASH = `scrypt$4$8$1$${PASSWORD_SALT.toString('base64url')}$${scryptSync(PASSWORD, PASSWORD_SALT, 32, { N: 16, r: 8, p: 1 }).toString('base64url')}`
+const OPAQUE_TOKEN = 'opaque-bench-0123456789abcdef0123456789abcdef'
+const IDENTITY = 'forward: { identity_headers: { subject: X-Auth-Subject, client_id: X-Auth-Client-Id, scopes: X-Auth-Scopes, issuer: X-Auth-Issuer } }'
+const ctx = {}  // filled before the runs: dir, keys, tokens, upstream and introspection URLs
+
+const proxyYaml = (port, body) => `
+server: { listen: "127.0.0.1:${port}" }
+upstreams: { items: { url: "${ctx.upstream}" } }
+${body}
+log: { level: warn }
+`
+const jwtYaml = (port) => proxyYaml(port, `
+issuers:
+  - { issuer: "${ISSUER}", jwks_file: "${ctx.jwksFile}", audience: [${AUDIENCE}], algorithms: [ES256, RS256] }
+routes:
+  - { id: items, path: "/api/**", upstream: items, scopes: { all: ["items:read"] } }
+${IDENTITY}`)
+const opaqueYaml = (port) => proxyYaml(port, `
+issuers:
+  - issuer: "${OPAQUE_ISSUER}"
+    audience: [${AUDIENCE}]
+    introspection: { endpoint: "${ctx.introspection}/introspect", client_id: gateway, client_secret: "${SECRET}", cache_ttl: 1h }
+routes:
+  - { id: items, path: "/api/**", upstream: items, scopes: { all: ["items:read"] } }
+${IDENTITY}`)
+const authServerYaml = (store, prefix) => (port) => `
+server: { listen: "127.0.0.1:${port}" }
+upstreams: { echo: { url: "builtin:echo" } }
+routes: [ { id: api, path: "/api/**", upstream: echo } ]
+authorization_server:
+  enabled: true
+  issuer: "http://127.0.0.1:${port}"
+  store: ${store === 'sqlite' ? '{ type: sqlite, path: portcullis.db }' : `{ type: redis, url: "${REDIS_URL}", prefix: "${prefix}" }`}
+  access_token: { audience: [${AUDIENCE}] }
+  clients:
+    - { client_id: svc, client_secret: "${SECRET}", grant_types: [client_credentials], scopes: [items:read] }
+    - { client_id: app, client_secret: "${SECRET}", token_endpoint_auth_method: client_secret_post, first_party: true,
+        grant_types: [password, refresh_token], scopes: [items:read] }
+  users: [ { username: bench, password_hash: "${PASSWORD_HASH}" } ]
+  throttling: { failures_per_client: 1000000, failures_per_ip: 1000000 }
+log: { level: warn }
+`
+
+const bearer = (token) => ({ authorization: `Bearer ${token}` })
+const tamper = (token) => token.slice(0, -10) + (token.at(-10) === 'A' ? 'B' : 'A') + token.slice(-9)
+
+/** (a)–(f): 200 with the upstream's body; with auth, 401 without a token and with a forged or revoked one. */
+async function proxyGate(target, token, { auth, subject, refused = tamper(token) } = {}) {
+  const ok = await request(target.url, { headers: bearer(token) })
+  expect(ok.status === 200 && ok.body === BODY, `expected 200 with the upstream's body, got ${ok.status} ${ok.body.slice(0, 200)}`)
+  if (!auth) return
+  const none = await request(target.url)
+  expect(none.status === 401, `expected 401 without a token, got ${none.status}`)
+  const forged = await request(target.url, { headers: bearer(refused) })
+  expect(forged.status === 401, `expected 401 with a tampered or inactive token, got ${forged.status}`)
+  const echo = await request(`${target.base}/api/__echo`, { headers: bearer(token) })
+  const seen = JSON.parse(echo.body)
+  expect(seen['x-auth-subject'] === subject && /(^| )items:read( |$)/.test(seen['x-auth-scopes'] ?? ''),
+    `identity headers not forwarded: ${echo.body.slice(0, 300)}`)
+}
+
+async function tokenRequest(base, fields, headers = {}) {
+  const res = await request(`${base}/token`, {
+    method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers }, body: form(fields),
+  })
+  let json = {}
+  try { json = JSON.parse(res.body) } catch { /* not JSON: the checks below report the status */ }
+  return { status: res.status, json }
+}
+const basicSvc = { authorization: 'Basic ' + Buffer.from(`svc:${SECRET}`).toString('base64') }
+const passwordLogin = async (base) => {
+  const res = await tokenRequest(base, { grant_type: 'password', username: 'bench', password: PASSWORD, client_id: 'app', client_secret: SECRET })
+  expect(res.status === 200 && typeof res.json.refresh_token === 'string', `password grant: ${res.status} ${JSON.stringify(res.json)}`)
+  return res.json.refresh_token
+}
+const refreshFields = (refreshToken) => ({ grant_type: 'refresh_token', refresh_token: refreshToken, client_id: 'app', client_secret: SECRET })
+
+/** The proxy scenarios that run Portcullis with a protected route: d, e-*, f, d@2000. */
+const portcullisProxy = (id, yaml) => async (rep) => {
+  const { proc, port, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), yaml)
+  return { proc, base, url: `http://127.0.0.1:${port}${PATH}` }
+}
+const helperProxy = (id, args) => async () => {
+  const proc = launch(id, 0, args)
+  const port = await portOf(proc)
+  return { proc, base: `http://127.0.0.1:${port}`, url: `http://127.0.0.1:${port}${PATH}` }
+}
+
+/** A distinct token on every request of a run; wraps around (and counts it) if the pool runs out. */
+function coldLoad(alg) {
+  return () => {
+    const pool = ctx.pools[alg]
+    const state = { next: 0, reused: 0 }
+    return {
+      state,
+      options: {
+        requests: [{
+          method: 'GET', path: PATH,
+          setupRequest: (req) => {
+            if (state.next >= pool.length) state.reused++
+            req.headers.authorization = `Bearer ${pool[state.next++ % pool.length]}`
+            return req
+          },
+        }],
+      },
+    }
+  }
+}
+
+function refreshLoad(target) {
+  // A queue of live refresh tokens: each request takes one, its response puts the rotated one back.
+  // (autocannon resets a connection's context after every request of a one-request list.)
+  const queue = target.refreshTokens
+  return {
+    state: {},
+    options: {
+      requests: [{
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        setupRequest: (req) => {
+          const refreshToken = queue.shift()
+          if (refreshToken === undefined) throw new Error('refresh token queue ran dry')
+          return { ...req, body: form(refreshFields(refreshToken)) }
+        },
+        onResponse: (status, body) => {
+          if (status === 200) queue.push(JSON.parse(body).refresh_token)
+        },
+      }],
+    },
+  }
+}
+
+const redisPrefix = (id, rep) => `{portcullis-bench-${process.pid}-${id}-${rep}}:`
+const authServer = (id, store) => async (rep) => {
+  const { proc, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), authServerYaml(store, redisPrefix(id, rep)))
+  return { proc, base, url: `${base}/token`, redis: store === 'redis' ? redisPrefix(id, rep) : undefined }
+}
+
+const SCENARIOS = [
+  { id: 'a', label: '(a) upstream alone (node:http)', kind: 'proxy', start: helperProxy('a', ['bench/servers.mjs', 'upstream']),
+    gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  { id: 'b', label: '(b) bare fastify + @fastify/http-proxy', kind: 'proxy', start: (rep) => helperProxy('b', ['bench/bare-proxy.mjs', ctx.upstream])(rep),
+    gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  { id: 'c', label: '(c) Portcullis, auth: none', kind: 'proxy',
+    start: portcullisProxy('c', (port) => proxyYaml(port, 'routes: [ { id: items, path: "/api/**", upstream: items, auth: none } ]')),
+    gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  { id: 'd', label: '(d) Portcullis, JWT cache hit + scopes + identity headers', kind: 'proxy', start: portcullisProxy('d', jwtYaml),
+    gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  { id: 'e-es256', label: '(e) Portcullis, JWT cold, ES256 (distinct token each request)', kind: 'proxy', needs: 'ES256',
+    start: portcullisProxy('e-es256', jwtYaml), gate: (t) => proxyGate(t, ctx.gateTokens.ES256, { auth: true, subject: 'gate-0' }), load: coldLoad('ES256') },
+  { id: 'e-rs256', label: '(e) Portcullis, JWT cold, RS256 (distinct token each request)', kind: 'proxy', needs: 'RS256',
+    start: portcullisProxy('e-rs256', jwtYaml), gate: (t) => proxyGate(t, ctx.gateTokens.RS256, { auth: true, subject: 'gate-0' }), load: coldLoad('RS256') },
+  { id: 'f', label: '(f) Portcullis, opaque token, introspection cache hit', kind: 'proxy', needs: 'introspection',
+    start: portcullisProxy('f', opaqueYaml), gate: (t) => proxyGate(t, OPAQUE_TOKEN, { auth: true, subject: `user-${OPAQUE_TOKEN.slice(-8)}`, refused: `revoked-${OPAQUE_TOKEN}` }),
+    load: () => ({ options: { headers: bearer(OPAQUE_TOKEN) } }) },
+  ...['sqlite', 'redis'].map((store) => ({
+    id: `g-${store}`, label: `(g) token endpoint, client_credentials, ${store === 'sqlite' ? 'SQLite' : 'Redis'}`, kind: 'token', store,
+    start: authServer(`g-${store}`, store),
+    async gate(t) {
+      const ok = await tokenRequest(t.base, { grant_type: 'client_credentials' }, basicSvc)
+      expect(ok.status === 200 && typeof ok.json.access_token === 'string' && /^bearer$/i.test(ok.json.token_type), `client_credentials: ${ok.status} ${JSON.stringify(ok.json)}`)
+      const anonymous = await tokenRequest(t.base, { grant_type: 'client_credentials' })
+      expect(anonymous.status === 401, `expected 401 without client credentials, got ${anonymous.status}`)
+    },
+    load: () => ({ options: { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', ...basicSvc }, body: form({ grant_type: 'client_credentials' }) } }),
+  })),
+  ...['sqlite', 'redis'].map((store) => ({
+    id: `h-${store}`, label: `(h) token endpoint, refresh_token rotation, ${store === 'sqlite' ? 'SQLite' : 'Redis'}`, kind: 'token', store,
+    start: authServer(`h-${store}`, store),
+    async gate(t, connections) {
+      const first = await passwordLogin(t.base)
+      const rotated = await tokenRequest(t.base, refreshFields(first))
+      expect(rotated.status === 200 && typeof rotated.json.refresh_token === 'string' && rotated.json.refresh_token !== first,
+        `refresh: ${rotated.status} ${JSON.stringify(rotated.json)}`)
+      const bogus = await tokenRequest(t.base, refreshFields('not-a-refresh-token'))
+      expect(bogus.status === 400 && bogus.json.error === 'invalid_grant', `expected 400 invalid_grant for an unknown refresh token, got ${bogus.status}`)
+      // Two live refresh tokens per connection, each the start of its own rotation chain.
+      t.refreshTokens = await Promise.all(Array.from({ length: connections * 2 }, () => passwordLogin(t.base)))
+    },
+    load: refreshLoad,
+  })),
+  { id: 'b@2000', label: `(b) bare proxy at a fixed ${FIXED_RATE.toLocaleString('en-US')} req/s`, kind: 'proxy', rate: FIXED_RATE,
+    start: (rep) => helperProxy('b@2000', ['bench/bare-proxy.mjs', ctx.upstream])(rep),
+    gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  { id: 'd@2000', label: `(d) Portcullis JWT cache hit at a fixed ${FIXED_RATE.toLocaleString('en-US')} req/s`, kind: 'proxy', rate: FIXED_RATE,
+    start: portcullisProxy('d@2000', jwtYaml),
+    gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+]
+const ALL_IDS = [...SCENARIOS.map((s) => s.id), 'i']
+
+// --scenarios: a name selects itself and its variants (e → e-es256, e-rs256; b → b, b@2000).
+const wanted = (opts.scenarios ?? ALL_IDS.join(',')).split(',').map((s) => s.trim()).filter(Boolean)
+const selects = (token, id) => id === token || id.startsWith(`${token}-`) || id.startsWith(`${token}@`)
+for (const token of wanted) if (!ALL_IDS.some((id) => selects(token, id))) throw new Error(`unknown scenario ${token}: one of ${ALL_IDS.join(', ')}`)
+let selected = SCENARIOS.filter((s) => wanted.some((token) => selects(token, s.id)))
+const runMemory = wanted.some((token) => selects(token, 'i'))
+
+// ---- one run of one scenario -----------------------------------------------------------------------------
+/** autocannon, recording every 2xx response time (ms, fractional) in `latencies`. */
+function cannon(options, latencies) {
+  // sampleInt: autocannon only checks for the end of the run once per sample (default 1 s: a 0.5 s run
+  // would last 1 s). Its per-sample statistics are not used here.
+  const instance = autocannon({ sampleInt: 100, ...options })
+  if (latencies) instance.on('response', (_client, status, _bytes, time) => { if (status >= 200 && status < 300) latencies.push(time) })
+  return instance
+}
+
+/**
+ * A fixed overall rate, spread evenly over each second. A single autocannon with `overallRate` releases every
+ * connection's quota at the start of each second at once (2 000 requests in the first ~180 ms, then
+ * nothing: the latency of draining a burst at full speed, not of a moderate load). So: one autocannon
+ * instance per connection, each with its share of the rate, started 1 s / connections apart.
+ */
+async function paced(options, connections, rate, duration, latencies) {
+  const results = await Promise.all(Array.from({ length: connections }, async (_, i) => {
+    await sleep(i * 1000 / connections)
+    const share = Math.floor(rate / connections) + (i < rate % connections ? 1 : 0)
+    // Stop just before the next whole second, when the quota would be released once more.
+    return cannon({ ...options, connections: 1, overallRate: share, duration: duration - 0.15 }, latencies)
+  }))
+  const sum = (pick) => results.reduce((total, r) => total + pick(r), 0)
+  return {
+    requests: { total: sum((r) => r.requests.total) },
+    non2xx: sum((r) => r.non2xx), errors: sum((r) => r.errors), timeouts: sum((r) => r.timeouts),
+  }
+}
+
+async function runOnce(scenario, rep) {
+  const connections = scenario.kind === 'token' ? TOKEN_CONNECTIONS : PROXY_CONNECTIONS
+  const phases = {}  // wall-clock ms of each phase, to see where a run's time goes
+  let mark = performance.now()
+  const phase = (name) => { const now = performance.now(); phases[name] = Math.round(now - mark); mark = now }
+  const target = await scenario.start(rep)
+  phase('start')
+  try {
+    await scenario.gate(target, connections)
+    phase('gate')
+    const { options, state } = scenario.load(target)
+    const base = { url: target.url, connections, ...options }
+    if (WARMUP > 0) await cannon({ ...base, duration: WARMUP })
+    phase('warmup')
+    globalThis.gc?.()  // the load generator's own garbage, collected now rather than during the measurement
+    const latencies = []
+    const cpuBefore = cpuMicros(target.proc.pid)
+    const ticksBefore = cpuTicks()
+    const wallBefore = performance.now()
+    // A fixed rate needs whole seconds (autocannon's rate is per second).
+    const duration = scenario.rate ? Math.max(1, Math.round(DURATION)) : DURATION
+    const result = scenario.rate
+      ? await paced(base, connections, scenario.rate, duration, latencies)
+      : await cannon({ ...base, duration }, latencies)
+    const cpu = cpuMicros(target.proc.pid) - cpuBefore
+    const ticksAfter = cpuTicks()
+    const wallMicros = (performance.now() - wallBefore) * 1000
+    const [busy0, busy1] = ticksPercent(ticksBefore, ticksAfter, 0)
+    // Interference: CPU 0 time that was not the process under test's (another process on our core), and
+    // time the hypervisor gave to other guests (a noisy neighbour). Either makes a rep an outlier.
+    const foreign0 = Math.max(0, Math.round(busy0 - 100 * cpu / wallMicros))
+    const [steal0, steal1] = ticksPercent(ticksBefore, ticksAfter, 2)
+    phase('measure')
+    latencies.sort((x, y) => x - y)
+    const total = result.requests.total
+    return {
+      rep, rps: total / (scenario.rate ? duration : result.duration), requests: total, duration: scenario.rate ? duration : result.duration,
+      p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), max: latencies.at(-1),
+      cpuMicrosPerRequest: cpu / Math.max(1, total), non2xx: result.non2xx, errors: result.errors, timeouts: result.timeouts,
+      cpu0BusyPercent: busy0, cpu1BusyPercent: busy1, cpu0OthersPercent: foreign0, stealPercent: Math.max(steal0, steal1),
+      ...(state?.reused !== undefined && { tokensUsed: state.next, tokensReused: state.reused }),
+      phasesMs: phases,
+    }
+  } finally {
+    await target.proc.stop()
+    if (target.redis) await deleteRedisPrefix(target.redis)
+    phase('stop')
+  }
+}
+
+async function deleteRedisPrefix(prefix) {
+  const redis = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1 })
+  await redis.connect()
+  let cursor = '0'
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
+    if (keys.length > 0) await redis.unlink(...keys)
+    cursor = next
+  } while (cursor !== '0')
+  await redis.quit()
+}
+
+async function redisReachable() {
+  const redis = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 1000, retryStrategy: () => null })
+  redis.on('error', () => {})
+  try {
+    await redis.connect()
+    await redis.ping()
+    await redis.quit()
+    return true
+  } catch {
+    redis.disconnect()
+    return false
+  }
+}
+
+// ---- preparation (both cores: nothing is measured yet), then pinning --------------------------------------
+const notes = []
+const loadAverage = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')
+const loadAverageBefore = loadAverage()
+if (selected.some((s) => s.store === 'redis') && !(await redisReachable())) {
+  notes.push(`Redis at ${REDIS_URL} unreachable: the Redis rows were skipped.`)
+  selected = selected.filter((s) => s.store !== 'redis')
+}
+ctx.dir = mkdtempSync(path.join(tmpdir(), 'portcullis-bench-'))
+process.on('exit', () => rmSync(ctx.dir, { recursive: true, force: true }))
+ctx.keys = generateKeys()
+ctx.jwksFile = path.join(ctx.dir, 'jwks.json')
+writeFileSync(ctx.jwksFile, JSON.stringify(ctx.keys.jwks))
+ctx.hotToken = mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'load-user-' })[0]
+ctx.gateTokens = {
+  ES256: mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'gate-' })[0],
+  RS256: mintTokens('RS256', ctx.keys.RS256, { count: 1, prefix: 'gate-' })[0],
+}
+const poolSize = Math.ceil(COLD_CEILING * (WARMUP + DURATION) * COLD_MARGIN) + 2 * PROXY_CONNECTIONS
+
+log(`preparing: ${[
+  runMemory && `memory with ${ENTRIES.toLocaleString('en-US')} entries`,
+  ...selected.filter((s) => s.needs === 'ES256' || s.needs === 'RS256').map((s) => `${poolSize.toLocaleString('en-US')} ${s.needs} tokens`),
+].filter(Boolean).join(', ') || 'nothing to prepare'}`)
+const memoryJob = runMemory ? (async () => {
+  const proc = launch('memory', undefined, [path.join(here, 'memory.mjs'), '--entries', String(ENTRIES)], { nodeArgs: ['--expose-gc'] })
+  let out = ''
+  proc.child.stdout.setEncoding('utf8')
+  proc.child.stdout.on('data', (chunk) => { out += chunk })
+  const { code } = await proc.exited
+  if (code !== 0) throw new Error(`bench/memory.mjs failed (${code}): ${proc.stderr()}`)
+  return JSON.parse(out)
+})() : undefined
+ctx.pools = {}
+for (const alg of ['ES256', 'RS256']) {
+  if (selected.some((s) => s.needs === alg)) ctx.pools[alg] = await mintTokensParallel(alg, ctx.keys[alg], { count: poolSize, prefix: 'cold-' })
+}
+const memory = await memoryJob
+
+let pinned = false
+if (hasTaskset) pinned = spawnSync('taskset', ['-a', '-p', '-c', '1', String(process.pid)], { stdio: 'ignore' }).status === 0
+if (!pinned) notes.push('Not pinned (no taskset or fewer than 2 CPUs): every process shares every core.')
+
+const shared = []
+if (selected.some((s) => s.id !== 'a' && s.kind === 'proxy')) {
+  const upstream = launch('upstream', 1, ['bench/servers.mjs', 'upstream'])
+  shared.push(upstream)
+  ctx.upstream = `http://127.0.0.1:${await portOf(upstream)}`
+}
+if (selected.some((s) => s.needs === 'introspection')) {
+  const introspection = launch('introspection', 1, ['bench/servers.mjs', 'introspection'])
+  shared.push(introspection)
+  ctx.introspection = `http://127.0.0.1:${await portOf(introspection)}`
+}
+
+// ---- the runs: interleaved, the order rotated every rep ----------------------------------------------------
+const raw = Object.fromEntries(selected.map((s) => [s.id, []]))
+const loadStarted = Date.now()
+for (let rep = 0; rep < REPS; rep++) {
+  const shift = Math.floor(rep * selected.length / REPS)
+  const order = [...selected.slice(shift), ...selected.slice(0, shift)]
+  for (const scenario of order) {
+    let run
+    try {
+      run = await runOnce(scenario, rep)
+    } catch (error) {
+      console.error(`bench: ${scenario.id}, rep ${rep + 1}: ${error.message}`)
+      process.exit(1)
+    }
+    raw[scenario.id].push(run)
+    log(`rep ${rep + 1}/${REPS} ${scenario.id.padEnd(8)} ${int(run.rps).padStart(7)} req/s  p50 ${ms(run.p50)} ms  p99 ${ms(run.p99)} ms  ${run.cpuMicrosPerRequest.toFixed(0)} µs/req  cpu0/cpu1 ${run.cpu0BusyPercent}/${run.cpu1BusyPercent} %  (ms: ${Object.entries(run.phasesMs).map(([k, v]) => `${k} ${v}`).join(', ')})`)
+  }
+}
+for (const proc of shared) await proc.stop()
+const loadSeconds = (Date.now() - loadStarted) / 1000
+
+// ---- summary ---------------------------------------------------------------------------------------------
+/** Per rep, this scenario's value over (b)'s in the same rep; the median of those. */
+const paired = (id, of, field = 'rps', op = (x, y) => x / y) => {
+  const runs = raw[id]
+  const base = raw[of]
+  if (!runs || !base) return undefined
+  return median(runs.map((run, i) => (base[i] ? op(run[field], base[i][field]) : undefined)))
+}
+const summary = Object.fromEntries(selected.map((s) => {
+  const runs = raw[s.id]
+  return [s.id, {
+    label: s.label,
+    rps: median(runs.map((r) => r.rps)),
+    rpsMin: Math.min(...runs.map((r) => r.rps)),
+    rpsMax: Math.max(...runs.map((r) => r.rps)),
+    p50: median(runs.map((r) => r.p50)),
+    p99: median(runs.map((r) => r.p99)),
+    cpuMicrosPerRequest: median(runs.map((r) => r.cpuMicrosPerRequest)),
+    non2xx: runs.reduce((sum, r) => sum + r.non2xx, 0),
+    errors: runs.reduce((sum, r) => sum + r.errors + r.timeouts, 0),
+    cpu0Busy: Math.round(median(runs.map((r) => r.cpu0BusyPercent))),
+    cpu1Busy: Math.round(median(runs.map((r) => r.cpu1BusyPercent))),
+    // Ratios only where the request is the same proxied GET at full speed.
+    ratioToB: s.kind === 'proxy' && !s.rate ? paired(s.id, 'b') : undefined,
+    tokensReused: runs.reduce((sum, r) => sum + (r.tokensReused ?? 0), 0),
+  }]
+}))
+const p99Difference = paired('d@2000', 'b@2000', 'p99', (x, y) => x - y)
+const hitOverCold = paired('d', 'e-es256')
+
+const cpuModel = readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1] ?? 'unknown CPU'
+const git = (...args) => spawnSync('git', args, { cwd: root, encoding: 'utf8' }).stdout?.trim()
+const commit = git('rev-parse', '--short', 'HEAD')
+const dirty = git('status', '--porcelain', '--', 'src') !== ''
+const mode = QUICK ? 'quick (a smoke run: too short to quote)' : 'full'
+
+const lines = []
+const out = (line = '') => lines.push(line)
+out(`## Portcullis benchmark, ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC (${mode})`)
+out()
+out(`${cpuModel}, ${cpus().length} CPUs; node ${process.version}; commit ${commit}${dirty ? ' with uncommitted changes in src/' : ''}.`)
+out(pinned
+  ? 'Pinned: the process under test on CPU 0; the load generator (autocannon, this process), upstream and introspection servers on CPU 1 (taskset).'
+  : 'Not pinned.')
+out(`${REPS} interleaved rep${REPS === 1 ? '' : 's'} per scenario, each a fresh process: ${WARMUP} s warm-up, ${DURATION} s measured; ${PROXY_CONNECTIONS} connections (proxy), ${TOKEN_CONNECTIONS} (token endpoint). Medians over the reps. Load average before / after: ${loadAverageBefore} / ${loadAverage()}.`)
+out()
+if (selected.length > 0) out('| scenario | req/s (median) | min–max | p50 ms | p99 ms | CPU µs/req | non-2xx | ratio to (b), paired | CPU0/CPU1 busy % |')
+if (selected.length > 0) out('|---|---|---|---|---|---|---|---|---|')
+for (const s of selected) {
+  const row = summary[s.id]
+  const bad = row.non2xx + (row.errors > 0 ? ` (+${row.errors} errors)` : '')
+  out(`| ${row.label} | ${int(row.rps)} | ${int(row.rpsMin)}–${int(row.rpsMax)} | ${ms(row.p50)} | ${ms(row.p99)} | ${int(row.cpuMicrosPerRequest)} | ${bad} | ${s.id === 'b' ? '1.00×' : times(row.ratioToB)} | ${row.cpu0Busy}/${row.cpu1Busy} |`)
+}
+out()
+out('(g) and (h): grants/s, and CPU µs per grant of the server. Ratios to (b) only for the full-speed proxy rows (the same request as (b)).')
+out(`Fixed-rate rows: ${FIXED_RATE} req/s spread evenly over ${PROXY_CONNECTIONS} connections (one autocannon per connection, started 1/${PROXY_CONNECTIONS} s apart).`)
+if (p99Difference !== undefined) out(`p99 (d) − p99 (b) at ${FIXED_RATE} req/s, paired median: ${p99Difference >= 0 ? '+' : ''}${p99Difference.toFixed(2)} ms.`)
+if (hitOverCold !== undefined) out(`JWT cache hit (d) over cold ES256 (e), paired: ${times(hitOverCold)}.`)
+const saturated = selected.filter((s) => summary[s.id].cpu1Busy >= 95).map((s) => s.id)
+if (saturated.length > 0) out(`CPU 1 (load generator) was saturated in ${saturated.join(', ')}: those rows are a lower bound.`)
+for (const s of selected) if (summary[s.id].tokensReused > 0) out(`Warning: ${s.id} ran out of pre-minted tokens: ${summary[s.id].tokensReused} requests reused one (cache hits). Raise COLD_CEILING.`)
+const disturbed = selected.flatMap((s) => raw[s.id].filter((r) => r.cpu0OthersPercent > 15 || r.stealPercent > 5 || r.requests === 0)
+  .map((r) => `${s.id} rep ${r.rep + 1} (${r.requests === 0 ? 'no requests answered; ' : ''}CPU 0 others ${r.cpu0OthersPercent} %, steal ${r.stealPercent} %)`))
+if (disturbed.length > 0) out(`Warning: disturbed runs (another process on CPU 0, or hypervisor steal): ${disturbed.join('; ')}. Rerun before quoting.`)
+
+const fullEntries = ENTRIES >= 100_000
+if (memory) {
+  out()
+  if (!fullEntries) out(`(i) with ${memory.entries.toLocaleString('en-US')} entries, fewer than the target's 100 000: RSS per entry is then mostly the heap's one-off growth.`)
+  out(`| (i) cache, ${memory.entries.toLocaleString('en-US')} entries | V8 heap B/entry | RSS B/entry | size after ${memory.overfill.toLocaleString('en-US')} more | bounded by max_entries |`)
+  out('|---|---|---|---|---|')
+  for (const [name, label] of [['jwt', 'verified JWT (ES256)'], ['introspection', 'introspection answer']]) {
+    const m = memory[name]
+    out(`| ${label} | ${m.heapBytesPerEntry} | ${m.rssBytesPerEntry} | ${m.sizeAfterOverfill.toLocaleString('en-US')} | ${m.sizeAfterOverfill <= memory.maxEntries ? 'yes' : 'NO'} (max ${memory.maxEntries.toLocaleString('en-US')}) |`)
+  }
+}
+
+// The issue's targets.
+const targets = []
+const target = (name, measured, pass) => targets.push({ name, measured, result: measured === undefined ? 'not run' : pass === undefined ? '—' : pass ? 'PASS' : 'MISS' })
+const ratioTarget = (id, min, name) => {
+  const r = summary[id]?.ratioToB
+  target(name, r === undefined ? undefined : times(r), r === undefined ? undefined : r >= min)
+}
+ratioTarget('d', 1.5, '(d) JWT cache hit ≥ 1.5× (b)')
+ratioTarget('c', 1.6, '(c) auth: none ≥ 1.6× (b)')
+ratioTarget('e-es256', 0.45, '(e) ES256 cold ≥ 0.45× (b)')
+target(`p99 (d) ≤ p99 (b) + 1 ms at ${FIXED_RATE} req/s`,
+  p99Difference === undefined ? undefined : `${ms(summary['d@2000'].p99)} vs ${ms(summary['b@2000'].p99)} ms: ${p99Difference >= 0 ? '+' : ''}${p99Difference.toFixed(2)} ms`,
+  p99Difference === undefined ? undefined : p99Difference <= 1)
+for (const [name, label] of [['jwt', 'verified JWT'], ['introspection', 'introspection answer']]) {
+  const m = memory?.[name]
+  target(`(i) ≤ 1 KiB RSS per cached ${label}, bounded`,
+    m && `${m.rssBytesPerEntry} B RSS (${m.heapBytesPerEntry} B heap), ${m.sizeAfterOverfill.toLocaleString('en-US')} ≤ ${memory.maxEntries.toLocaleString('en-US')}: ${m.sizeAfterOverfill <= memory.maxEntries ? 'bounded' : 'NOT bounded'}`,
+    m && (fullEntries ? m.rssBytesPerEntry <= 1024 && m.sizeAfterOverfill <= memory.maxEntries : undefined))
+}
+const rateTarget = (id, min, name) => {
+  const r = summary[id]?.rps
+  target(name, r === undefined ? undefined : `${int(r)}/s`, r === undefined ? undefined : r >= min)
+}
+rateTarget('g-sqlite', 3000, '(g) client_credentials ≥ 3 000 grants/s (SQLite)')
+rateTarget('h-sqlite', 1500, '(h) refresh_token ≥ 1 500 refreshes/s (SQLite)')
+out()
+out(`| target (issue 8) | measured | result |`)
+out('|---|---|---|')
+for (const t of targets) out(`| ${t.name} | ${t.measured ?? '—'} | ${t.result} |`)
+if (!fullEntries && memory) notes.unshift('(i) is judged at 100 000 entries only.')
+if (QUICK) notes.unshift('Quick mode: one short rep per scenario; it shows that everything works, not how fast it is.')
+if (notes.length > 0) out()
+for (const note of notes) out(note)
+
+const totalSeconds = (Date.now() - started) / 1000
+out()
+out(`Wall clock: ${totalSeconds.toFixed(0)} s (load runs ${loadSeconds.toFixed(0)} s).`)
+
+// ---- results file: the day's file holds every run of that day -----------------------------------------------
+const resultsDir = path.join(here, 'results')
+mkdirSync(resultsDir, { recursive: true })
+const file = path.join(resultsDir, `${new Date().toISOString().slice(0, 10)}.json`)
+let day = { runs: [] }
+if (existsSync(file)) {
+  try {
+    const previous = JSON.parse(readFileSync(file, 'utf8'))
+    if (Array.isArray(previous.runs)) day = previous
+  } catch { /* unreadable: start the day's file again */ }
+}
+day.runs.push({
+  date: new Date().toISOString(), mode: QUICK ? 'quick' : 'full', node: process.version, cpu: cpuModel, cpus: cpus().length,
+  commit, srcModified: dirty, pinned,
+  options: { duration: DURATION, warmup: WARMUP, reps: REPS, proxyConnections: PROXY_CONNECTIONS, tokenConnections: TOKEN_CONNECTIONS, entries: ENTRIES, fixedRate: FIXED_RATE, coldTokensPerRun: poolSize },
+  scenarios: selected.map((s) => s.id), summary, p99DifferenceAt2000: p99Difference, hitOverCold, memory, targets, raw, notes,
+  wallClockSeconds: totalSeconds,
+})
+writeFileSync(file, JSON.stringify(day, null, 2))
+out(`Raw reps: ${path.relative(root, file)}`)
+console.log(lines.join('\n'))
