@@ -133,13 +133,21 @@ export class Authenticator {
   }
 
   /** The token's principal, or the error to answer with; every verdict is counted (cache hits included). */
-  async authenticate(token: string): Promise<Principal> {
+  /**
+   * The principal of a valid token, or an InvalidToken / TemporarilyUnavailable. A verified-JWT cache hit
+   * answers synchronously (a Principal, or a throw), everything else with a promise: the hot path costs one
+   * hash, one lookup and one increment (of a plain number), with no decoding and no promise.
+   */
+  authenticate(token: string): Principal | Promise<Principal> {
     const hashOfToken = tokenHash(token)
     const isJwt = looksLikeJwt(token)
     const key = this.policyTag + hashOfToken
-    // The hot path: a hit costs one hash, one lookup and one increment (of a plain number); no decoding.
     const hit = isJwt ? this.jwtCache?.get(key) : undefined
     if (hit) return this.admit(hit.principal, hashOfToken, hit.counts)
+    return this.authenticateUncached(token, hashOfToken, isJwt, key)
+  }
+
+  private async authenticateUncached(token: string, hashOfToken: string, isJwt: boolean, key: string): Promise<Principal> {
     const attempt: Attempt = { counts: isJwt ? this.unknownJwt : this.unknownOpaque }
     let principal: Principal
     try {

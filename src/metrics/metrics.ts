@@ -5,6 +5,7 @@
  * reason codes — never a path, a token, a subject or anything a client can make up.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { PlainCounter, PlainHistogram, type HistogramSeries } from './plain.js'
 import type { CacheStats } from '../authn/token-cache.js'
 import type { KeySetStats } from '../authn/jwks.js'
 import type { InvalidTokenReason } from '../errors/oauth-errors.js'
@@ -73,26 +74,15 @@ export class Metrics {
   /** By method and issuer; kept across reloads, so the counters never go back. */
   private readonly validationCounts = new Map<string, ValidationCounts>()
 
-  readonly requests = new Counter({
-    name: 'portcullis_requests_total',
-    help: 'Requests on the proxy path, by route id, method, status code, decision and reason (the error code answered).',
-    labelNames: ['route', 'method', 'status', 'decision', 'reason'] as const,
-    registers: [this.registry],
-  })
-  readonly requestDuration = new Histogram({
-    name: 'portcullis_request_duration_seconds',
-    help: 'Time from the request\'s arrival to the end of the response, by route id.',
-    labelNames: ['route'] as const,
-    buckets: LATENCY_BUCKETS,
-    registers: [this.registry],
-  })
-  readonly upstreamDuration = new Histogram({
-    name: 'portcullis_upstream_duration_seconds',
-    help: 'Time from sending a request upstream to the end of its response, by upstream name and outcome.',
-    labelNames: ['upstream', 'outcome'] as const,
-    buckets: LATENCY_BUCKETS,
-    registers: [this.registry],
-  })
+  // Per request: plain numbers, rendered on scrape (plain.ts).
+  readonly requests = new PlainCounter('portcullis_requests_total',
+    'Requests on the proxy path, by route id, method, status code, decision and reason (the error code answered).',
+    ['route', 'method', 'status', 'decision', 'reason'], this.registry)
+  readonly requestDuration = new PlainHistogram('portcullis_request_duration_seconds',
+    'Time from the request\'s arrival to the end of the response, by route id.', ['route'], LATENCY_BUCKETS, this.registry)
+  readonly upstreamDuration = new PlainHistogram('portcullis_upstream_duration_seconds',
+    'Time from sending a request upstream to the end of its response, by upstream name and outcome.',
+    ['upstream', 'outcome'], LATENCY_BUCKETS, this.registry)
   readonly tokenValidations = new Counter({
     name: 'portcullis_token_validations_total',
     help: 'Tokens checked on the proxy path (cache hits included), by issuer, method (jwt, introspection, embedded), result (valid, invalid, unavailable) and reason.',
@@ -187,8 +177,9 @@ export class Metrics {
     registers: [this.registry],
   })
 
-  private readonly requestCounters = new Map<string, { inc(): void }>()
-  private readonly requestDurations = new Map<string, { observe(value: number): void }>()
+  private readonly requestSeries = new Map<string, { value: number }>()
+  private readonly durationSeries = new Map<string, HistogramSeries<'route'>>()
+  private readonly upstreamSeries = new Map<string, HistogramSeries<'upstream' | 'outcome'>>()
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     // Process metrics (CPU, memory, event loop lag, GC), prefixed like ours.
@@ -204,22 +195,33 @@ export class Metrics {
 
   /** One request on the proxy path, at the end of its response. */
   observeRequest(route: string, method: string, status: number, decision: Decision, reason: string, seconds: number): void {
-    // The labelled children are looked up by one string, not by hashing a label object per request: this
-    // runs on every proxied request. Every part is bounded (route ids, methods, statuses, reasons).
+    // The series are looked up by one string, not by a label object: this runs on every proxied request.
+    // Every part is bounded (route ids, methods, statuses, decisions, reasons).
     const verb = METHODS.has(method) ? method : 'OTHER'
     const key = `${route}\u0000${verb}\u0000${status}\u0000${decision}\u0000${reason}`
-    let counter = this.requestCounters.get(key)
+    let counter = this.requestSeries.get(key)
     if (!counter) {
       counter = this.requests.labels({ route, method: verb, status: String(status), decision, reason })
-      this.requestCounters.set(key, counter)
+      this.requestSeries.set(key, counter)
     }
-    counter.inc()
-    let duration = this.requestDurations.get(route)
+    counter.value++
+    let duration = this.durationSeries.get(route)
     if (!duration) {
       duration = this.requestDuration.labels({ route })
-      this.requestDurations.set(route, duration)
+      this.durationSeries.set(route, duration)
     }
-    duration.observe(seconds)
+    this.requestDuration.observe(duration, seconds)
+  }
+
+  /** One request sent upstream: its time to the end of the response, or to its failure. */
+  observeUpstream(upstream: string, outcome: 'response' | 'failure', seconds: number): void {
+    const key = `${upstream}\u0000${outcome}`
+    let series = this.upstreamSeries.get(key)
+    if (!series) {
+      series = this.upstreamDuration.labels({ upstream, outcome })
+      this.upstreamSeries.set(key, series)
+    }
+    this.upstreamDuration.observe(series, seconds)
   }
 
   /**

@@ -60,8 +60,12 @@ function matchOrThrow(rules: readonly CompiledRule[], method: string, path: stri
   throw allow.length > 0 ? new MethodNotAllowed(allow) : new NoMatchingRoute()
 }
 
-/** RFC 6750 §2.1 header only; a token in the query or the form body as well is invalid_request (§3.1). */
-async function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, query: string): Promise<Principal | undefined> {
+/**
+ * RFC 6750 §2.1 header only; a token in the query or the form body as well is invalid_request (§3.1).
+ * Synchronous on a verified-JWT cache hit (the hot path awaits nothing), a promise otherwise; throws or
+ * rejects with the error to answer.
+ */
+function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, query: string): Principal | undefined | Promise<Principal> {
   if (rule.auth === 'none') return undefined
   rejectQueryToken(query)
   const token = extractBearerToken(req, rt.maxTokenSize)
@@ -69,9 +73,10 @@ async function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: Comp
     if (rule.auth === 'optional') return undefined
     throw new MissingToken()
   }
-  const principal = await rt.authenticator.authenticate(token)
-  requireScopes(principal, rule)
-  return principal
+  const found = rt.authenticator.authenticate(token)
+  if (found instanceof Promise) return found.then((principal) => { requireScopes(principal, rule); return principal })
+  requireScopes(found, rule)
+  return found
 }
 
 function hasBody(req: IncomingMessage): boolean {
@@ -191,17 +196,18 @@ export class GatewayPipeline {
     outcome.route = rule.id
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
     if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
-    const principal = await authenticate(rt, req, rule, query)
-    const body = await requestBody(req, rule, principal)
+    const found = authenticate(rt, req, rule, query)
+    const principal = found instanceof Promise ? await found : found
+    const body = hasBody(req) ? await requestBody(req, rule, principal) : null
     const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (upstream.echo) return echoRequest(req, res, path, query, headers, body)
     const sent = performance.now()
     try {
       await forwardRequest(upstream, req, res, headers, body)
-      rt.metrics.upstreamDuration.observe({ upstream: upstream.name, outcome: 'response' }, (performance.now() - sent) / 1000)
+      rt.metrics.observeUpstream(upstream.name, 'response', (performance.now() - sent) / 1000)
     } catch (error) {
-      rt.metrics.upstreamDuration.observe({ upstream: upstream.name, outcome: 'failure' }, (performance.now() - sent) / 1000)
+      rt.metrics.observeUpstream(upstream.name, 'failure', (performance.now() - sent) / 1000)
       // The client went away mid-body: the upstream request was aborted for it, not failed by the upstream.
       if (req.destroyed && !req.complete) throw new MalformedRequest('the request body ended early', { detail: 'client_aborted', cause: error })
       throw upstreamFailure(error, upstream.name)
