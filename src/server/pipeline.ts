@@ -160,23 +160,24 @@ export class GatewayPipeline {
   readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const rt = this.rt
     const started = performance.now()
-    const presented = req.headers['x-request-id']
-    const id = typeof presented === 'string' && REQUEST_ID.test(presented) ? presented : randomUUID()
     const outcome: Outcome = { route: '', decision: 'forwarded', error: '' }
     rt.inflight++
     res.once('close', () => {
       if (--rt.inflight === 0) rt.onIdle?.()
-      this.record(rt, req, res, id, outcome, (performance.now() - started) / 1000)
+      this.record(rt, req, res, outcome, (performance.now() - started) / 1000)
     })
     this.serve(rt, req, res, outcome).catch((error: unknown) => this.fail(rt, req, res, error, outcome))
   }
 
   /** One log line and the metrics of a finished request. */
-  private record(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, id: string, outcome: Outcome, seconds: number): void {
+  private record(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, seconds: number): void {
     // Not finished: the client went away before the response was complete.
     const status = res.writableFinished ? res.statusCode : 499
     rt.metrics.observeRequest(outcome.route || '(none)', req.method ?? 'GET', status, outcome.decision, outcome.error, seconds)
     if (!LOGS_REQUESTS.has(rt.log.level)) return
+    // The request id names the log line only: made when there is a line to write.
+    const presented = req.headers['x-request-id']
+    const id = typeof presented === 'string' && REQUEST_ID.test(presented) ? presented : randomUUID()
     const url = req.url ?? ''
     const q = url.indexOf('?')
     // The path only: a query may carry a token (refused, but never logged).
