@@ -58,41 +58,38 @@ async function fill(tokens, batch) {
   }
 }
 
-const jwts = mintTokens('ES256', keys.ES256, { count: ENTRIES + EXTRA })
-await fill(jwts.slice(0, WARM), 256)
-const beforeJwt = measure()
-await fill(jwts.slice(WARM, ENTRIES), 256)
-const afterJwt = measure()
-const jwtSize = size('jwt')
-await fill(jwts.slice(ENTRIES), 256)
-const jwtSizeAfterOverfill = size('jwt')
-jwts.length = 0
+/**
+ * Fills one cache with `tokens` (the first WARM before the baseline, up to ENTRIES measured, the rest to
+ * overfill the bound) and reports its size, its bound and the cost per entry.
+ */
+async function measureCache(name, tokens, batch) {
+  await fill(tokens.slice(0, WARM), batch)
+  const before = measure()
+  await fill(tokens.slice(WARM, ENTRIES), batch)
+  const after = measure()
+  const sizeNow = size(name)
+  await fill(tokens.slice(ENTRIES), batch)
+  const perEntry = (field) => Math.round((after[field] - before[field]) / (ENTRIES - WARM))
+  return {
+    size: sizeNow, sizeAfterOverfill: size(name),
+    heapBytesPerEntry: perEntry('heap'), rssBytesPerEntry: perEntry('rss'),
+    before, after,
+  }
+}
 
+const jwts = mintTokens('ES256', keys.ES256, { count: ENTRIES + EXTRA })
+const jwt = await measureCache('jwt', jwts, 256)
+jwts.length = 0
 const opaque = Array.from({ length: ENTRIES + EXTRA }, (_, i) => `opaque-${String(i).padStart(8, '0')}-${'x'.repeat(24)}`)
-await fill(opaque.slice(0, WARM), 64)
-const beforeOpaque = measure()
-await fill(opaque.slice(WARM, ENTRIES), 64)
-const afterOpaque = measure()
-const introspectionSize = size('introspection')
-await fill(opaque.slice(ENTRIES), 64)
-const introspectionSizeAfterOverfill = size('introspection')
+const introspectionResult = await measureCache('introspection', opaque, 64)
 
 await authenticator.close()
 introspection.close()
 rmSync(dir, { recursive: true, force: true })
-const perEntry = (after, before, field) => Math.round((after[field] - before[field]) / (ENTRIES - WARM))
 console.log(JSON.stringify({
   entries: ENTRIES,
   maxEntries: ENTRIES,
   overfill: EXTRA,
-  jwt: {
-    size: jwtSize, sizeAfterOverfill: jwtSizeAfterOverfill,
-    heapBytesPerEntry: perEntry(afterJwt, beforeJwt, 'heap'), rssBytesPerEntry: perEntry(afterJwt, beforeJwt, 'rss'),
-    before: beforeJwt, after: afterJwt,
-  },
-  introspection: {
-    size: introspectionSize, sizeAfterOverfill: introspectionSizeAfterOverfill,
-    heapBytesPerEntry: perEntry(afterOpaque, beforeOpaque, 'heap'), rssBytesPerEntry: perEntry(afterOpaque, beforeOpaque, 'rss'),
-    before: beforeOpaque, after: afterOpaque,
-  },
+  jwt,
+  introspection: introspectionResult,
 }))
