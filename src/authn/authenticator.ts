@@ -132,9 +132,9 @@ export class Authenticator {
     for (const { jwt } of this.issuers.values()) jwt?.verifier.keySet?.prefetch()
   }
 
-  /** The token's principal, or the error to answer with; every verdict is counted (cache hits included). */
   /**
-   * The principal of a valid token, or an InvalidToken / TemporarilyUnavailable. A verified-JWT cache hit
+   * The token's principal, or the error to answer with (InvalidToken, TemporarilyUnavailable); every verdict
+   * is counted (cache hits included). A verified-JWT cache hit
    * answers synchronously (a Principal, or a throw), everything else with a promise: the hot path costs one
    * hash, one lookup and one increment (of a plain number), with no decoding and no promise.
    */

@@ -3,8 +3,8 @@
  * tokens of 256 random bits stored only as SHA-256 hashes, each in a rotation family (the grant).
  */
 import { randomBytes, randomUUID } from 'node:crypto'
-import { signCompactJws } from '../crypto/jws.js'
 import { LRUCache } from 'lru-cache'
+import { signCompactJws } from '../crypto/jws.js'
 import { tokenHash } from '../authn/token-cache.js'
 import type { AuthServerSettings } from './settings.js'
 import type { SigningKeys } from './context.js'
