@@ -155,10 +155,7 @@ export class KeyManager implements SigningKeys {
     await manager.install(await manager.ensureKeys())
     const interval = options.reloadIntervalMs ?? 30_000
     if (interval > 0) {
-      manager.timer = setInterval(() => {
-        manager.reload().catch((error: unknown) =>
-          options.log.warn({ err: error }, 'could not reload the signing keys from the store; keeping the loaded ones'))
-      }, interval)
+      manager.timer = setInterval(() => manager.reloadInBackground(), interval)
       manager.timer.unref()
     }
     return manager
@@ -215,6 +212,12 @@ export class KeyManager implements SigningKeys {
       'signing keys rotated')
     await this.reload()
     return { added, retiring, activatesAt, retiresAt }
+  }
+
+  /** reload() without waiting: a failure is logged and the loaded keys stay in service. */
+  reloadInBackground(): void {
+    this.reload().catch((error: unknown) =>
+      this.options.log.warn({ err: error }, 'could not reload the signing keys from the store; keeping the loaded ones'))
   }
 
   /** Re-reads the store (what the timer does); concurrent calls share one read. */

@@ -118,9 +118,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   // Several instances on one Redis: revocations travel between them, and brute-force counters are shared.
   const shared = settings.store.type === 'redis' ? await connectShared(settings.store.url!, settings.store.prefix, log) : undefined
   if (shared) {
-    revocations.onKeysChanged = () => {
-      keys.reload().catch((error: unknown) => log.warn({ err: error }, 'could not reload the signing keys from the store; keeping the loaded ones'))
-    }
+    revocations.onKeysChanged = () => keys.reloadInBackground()
     revocations.attach(shared.broadcast)
   }
   const limiter = shared ? redisLimiter(shared.limiterClient, settings.store.prefix) : undefined
