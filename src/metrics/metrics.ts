@@ -5,7 +5,7 @@
  * reason codes — never a path, a token, a subject or anything a client can make up.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { PlainCounter, PlainHistogram, type HistogramSeries } from './plain.js'
+import { PlainCounter, PlainHistogram } from './plain.js'
 import type { CacheStats } from '../authn/token-cache.js'
 import type { KeySetStats } from '../authn/jwks.js'
 import type { InvalidTokenReason } from '../errors/oauth-errors.js'
@@ -177,9 +177,6 @@ export class Metrics {
     registers: [this.registry],
   })
 
-  private readonly requestSeries = new Map<string, { value: number }>()
-  private readonly durationSeries = new Map<string, HistogramSeries<'route'>>()
-  private readonly upstreamSeries = new Map<string, HistogramSeries<'upstream' | 'outcome'>>()
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     // Process metrics (CPU, memory, event loop lag, GC), prefixed like ours.
@@ -195,33 +192,14 @@ export class Metrics {
 
   /** One request on the proxy path, at the end of its response. */
   observeRequest(route: string, method: string, status: number, decision: Decision, reason: string, seconds: number): void {
-    // The series are looked up by one string, not by a label object: this runs on every proxied request.
-    // Every part is bounded (route ids, methods, statuses, decisions, reasons).
-    const verb = METHODS.has(method) ? method : 'OTHER'
-    const key = `${route}\u0000${verb}\u0000${status}\u0000${decision}\u0000${reason}`
-    let counter = this.requestSeries.get(key)
-    if (!counter) {
-      counter = this.requests.labels({ route, method: verb, status: String(status), decision, reason })
-      this.requestSeries.set(key, counter)
-    }
-    counter.value++
-    let duration = this.durationSeries.get(route)
-    if (!duration) {
-      duration = this.requestDuration.labels({ route })
-      this.durationSeries.set(route, duration)
-    }
-    this.requestDuration.observe(duration, seconds)
+    // Every label value is bounded (route ids, methods, statuses, decisions, reasons).
+    this.requests.labels(route, METHODS.has(method) ? method : 'OTHER', String(status), decision, reason).value++
+    this.requestDuration.observe(seconds, route)
   }
 
   /** One request sent upstream: its time to the end of the response, or to its failure. */
   observeUpstream(upstream: string, outcome: 'response' | 'failure', seconds: number): void {
-    const key = `${upstream}\u0000${outcome}`
-    let series = this.upstreamSeries.get(key)
-    if (!series) {
-      series = this.upstreamDuration.labels({ upstream, outcome })
-      this.upstreamSeries.set(key, series)
-    }
-    this.upstreamDuration.observe(series, seconds)
+    this.upstreamDuration.observe(seconds, upstream, outcome)
   }
 
   /**

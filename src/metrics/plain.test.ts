@@ -17,7 +17,7 @@ describe('plain metrics render exactly as prom-client\'s own', () => {
     const observations: Array<[string, number]> = [['a', 0.0005], ['a', 0.001], ['a', 0.05], ['b', 3], ['a', 0.5], ['b', 0.01]]
     for (const [route, value] of observations) {
       reference.observe({ route }, value)
-      plain.observe(plain.labels({ route }), value)
+      plain.observe(value, route)
     }
     expect(await render(ours, 'mine')).toBe(await render(theirs, 'ref'))
   })
@@ -29,7 +29,7 @@ describe('plain metrics render exactly as prom-client\'s own', () => {
     const plain = new PlainCounter('mine', 'c', ['route', 'status'], ours)
     for (const [route, status] of [['a', '200'], ['a', '200'], ['b', '401'], ['a', '404']] as const) {
       reference.inc({ route, status })
-      plain.labels({ route, status }).value++
+      plain.labels(route, status).value++
     }
     expect(await render(ours, 'mine')).toBe(await render(theirs, 'ref'))
   })

@@ -29,13 +29,15 @@ abstract class PlainMetric<Name extends string, S extends Series<Name>> {
     registry.registerMetric(this as never)
   }
 
-  /** The series of these label values, made on first use; label values must be bounded by the caller. */
-  protected child(labels: Labels<Name>, make: (labels: Labels<Name>) => S): S {
-    let key = ''
-    for (const name of this.labelNames) key += `${labels[name]}\u0000`
+  /**
+   * The series of these label values, in the order of `labelNames`, made on first use: one string key and
+   * one map lookup, no label object per call. Label values must be bounded by the caller.
+   */
+  protected child(values: readonly string[], make: (labels: Labels<Name>) => S): S {
+    const key = values.join('\u0000')
     let found = this.series.get(key)
     if (!found) {
-      found = make({ ...labels })
+      found = make(Object.fromEntries(this.labelNames.map((name, i) => [name, values[i]!])) as Labels<Name>)
       this.series.set(key, found)
     }
     return found
@@ -53,9 +55,9 @@ interface CounterSeries<Name extends string> extends Series<Name> { value: numbe
 export class PlainCounter<Name extends string> extends PlainMetric<Name, CounterSeries<Name>> {
   readonly type = 'counter'
 
-  /** The series of these labels, to keep and increment: `counter.labels({…}).value++`. */
-  labels(labels: Labels<Name>): CounterSeries<Name> {
-    return this.child(labels, (copy) => ({ labels: copy, value: 0 }))
+  /** The series of these label values (in `labelNames` order), to increment: `counter.labels(…).value++`. */
+  labels(...values: string[]): CounterSeries<Name> {
+    return this.child(values, (labels) => ({ labels, value: 0 }))
   }
 
   get() {
@@ -66,7 +68,7 @@ export class PlainCounter<Name extends string> extends PlainMetric<Name, Counter
   }
 }
 
-export interface HistogramSeries<Name extends string> extends Series<Name> {
+interface HistogramSeries<Name extends string> extends Series<Name> {
   /** Observations per bucket, not cumulative; the last one is +Inf. */
   readonly counts: number[]
   sum: number
@@ -80,11 +82,9 @@ export class PlainHistogram<Name extends string> extends PlainMetric<Name, Histo
     super(name, help, labelNames, registry)
   }
 
-  labels(labels: Labels<Name>): HistogramSeries<Name> {
-    return this.child(labels, (copy) => ({ labels: copy, counts: new Array<number>(this.buckets.length + 1).fill(0), sum: 0, count: 0 }))
-  }
-
-  observe(series: HistogramSeries<Name>, value: number): void {
+  /** Counts `value` in the series of these label values (in `labelNames` order). */
+  observe(value: number, ...values: string[]): void {
+    const series = this.child(values, (labels) => ({ labels, counts: new Array<number>(this.buckets.length + 1).fill(0), sum: 0, count: 0 }))
     const { buckets } = this
     let i = 0
     while (i < buckets.length && value > buckets[i]!) i++
