@@ -7,6 +7,7 @@
 import { createHmac } from 'node:crypto'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { exportSPKI, importJWK, SignJWT, type CryptoKey, type JWTPayload } from 'jose'
+import { JWS_ALGORITHMS } from '../src/config/schema.js'
 import { startRecordingUpstream } from './support/upstream.js'
 import { bootHarness, resetHarness, shutdownHarness, startHarness, type Harness } from './support/harness.js'
 import { createSigningKey, signWith, startTestIssuer, type SigningKey, type TestIssuer } from './support/issuer.js'
@@ -175,6 +176,26 @@ describe('JWT signatures and algorithms', () => {
     const flipped = Buffer.from(signature!, 'base64url')
     flipped[0] = flipped[0]! ^ 1
     await expectInvalidToken(shared, `${header}.${payload}.${flipped.toString('base64url')}`, 'bad_signature')
+  })
+
+  it('accepts a jose-signed token of every algorithm the config allows, and refuses each with one bit of its signature flipped', async (context) => {
+    const [upstream, issuer] = await Promise.all([startRecordingUpstream(), startTestIssuer()])
+    const keys: SigningKey[] = []
+    for (const alg of JWS_ALGORITHMS) keys.push(await issuer.rotate(alg))
+    const gateway = await startGateway(testConfig({ upstream, issuer, issuerExtra: { algorithms: [...JWS_ALGORITHMS] } }))
+    const harness = { upstream, issuer, gateway }
+    context.onTestFinished(() => shutdownHarness(harness))
+    for (const key of keys) {
+      const token = await signWith(key, claimsFor(issuer))
+      await expectAccepted(harness, token)
+      const [header, payload, signature] = token.split('.')
+      const flipped = Buffer.from(signature!, 'base64url')
+      flipped[flipped.length - 1] = flipped[flipped.length - 1]! ^ 1
+      gateway.logs.length = 0
+      await expectInvalidToken(harness, `${header}.${payload}.${flipped.toString('base64url')}`, 'bad_signature')
+      gateway.logs.length = 0
+    }
+    expect(keys.map((key) => key.alg)).toEqual([...JWS_ALGORITHMS])
   })
 
   it('answers 401 for alg none with an empty signature (not even a compact JWS)', async () => {

@@ -174,7 +174,8 @@ export class Authenticator {
   }
 
   private async authenticateJwt(token: string, hashOfToken: string, key: string, attempt: Attempt): Promise<Principal> {
-    const { iss, header } = decodeUnverified(token)
+    const decoded = decodeUnverified(token)
+    const iss = decoded.payload.iss
     const issuer = typeof iss === 'string' ? this.issuers.get(iss) : undefined
     if (!issuer) throw new InvalidToken('unknown_issuer', undefined, 'unknown_issuer')
     if (!issuer.jwt) {
@@ -185,10 +186,10 @@ export class Authenticator {
     const { verifier: jwt, counts } = issuer.jwt
     attempt.counts = counts
     const cache = this.jwtCache
-    if (!cache) return jwt.verify(token, header)
+    if (!cache) return jwt.verify(decoded)
     // load() caches the entry, unless an invalidation arrived while the verification ran.
     const entry = await cache.load(key, async (): Promise<JwtEntry> => {
-      const principal = await jwt.verify(token, header)
+      const principal = await jwt.verify(decoded)
       // RFC 9068 requires exp, and verify() insists on it: an entry never outlives the token.
       return { principal, expiresAtMs: principal.expiresAt! * 1000, counts }
     })

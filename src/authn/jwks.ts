@@ -96,7 +96,7 @@ export class RemoteKeySet {
     this.refresh('initial').catch(() => { /* logged in refresh */ })
   }
 
-  /** jose key resolver: used as `jwtVerify(token, keySet.getKey)`. */
+  /** jose key resolver (JWTVerifyGetKey): the key for a token's header, as JwtIssuer verifies with it. */
   readonly getKey: JWTVerifyGetKey = async (header, token) => {
     if (!this.keys) {
       // Never fetched yet: wait for a fetch, but do not start more than one per cooldown.

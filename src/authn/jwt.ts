@@ -1,17 +1,16 @@
 /**
  * JWT access tokens of the configured issuers: the issuer is chosen by the token's `iss` (exact match),
- * then jose verifies signature, algorithm allow-list, `aud`, `exp`/`nbf` with skew, `typ` and `crit`.
+ * then the signature is verified on node:crypto with a key from jose's key set, and the algorithm allow-list,
+ * `aud`, `exp`/`nbf`/`iat` with skew, `typ` and `crit` are checked as jose's jwtVerify checks them.
  */
-import {
-  decodeJwt, decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions,
-  type ProtectedHeaderParameters,
-} from 'jose'
+import { errors, type JWTPayload, type JWTVerifyGetKey, type ProtectedHeaderParameters } from 'jose'
 import { pathToFileURL } from 'node:url'
 import type { FastifyBaseLogger } from 'fastify'
 import type { IssuerConfig, JwsAlgorithm } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import { KeySetUnavailable, RemoteKeySet } from './jwks.js'
+import { UnusableKey, isSupportedAlgorithm, verifyJwsSignature } from './jws-verify.js'
 import { readScopes, type Principal } from './principal.js'
 
 /** The reason codes logged for a rejected JWT. */
@@ -77,32 +76,27 @@ export class JwtIssuer {
     this.getKey = keySet.getKey
   }
 
-  async verify(token: string, header: ProtectedHeaderParameters): Promise<Principal> {
+  /**
+   * The checks of jose's jwtVerify, in its order (header, key, signature, then claims), with the signature
+   * on node:crypto (jws-verify.ts): `crit`, the alg allow-list, the key by kid, the signature, `typ`,
+   * `iss`, `aud`, `exp` (required) and `nbf` with skew, and `iat` not in the future.
+   */
+  async verify(jwt: DecodedJwt): Promise<Principal> {
+    const { header, payload } = jwt
     // RFC 7515 §4.1.11: we understand no extension, so any `crit` makes the token unacceptable.
     if (header.crit !== undefined) throw rejectJwt('crit_header')
-    const nowSeconds = Math.floor(this.now() / 1000)
-    const options: JWTVerifyOptions = {
-      issuer: this.config.issuer,
-      audience: this.config.audience,
-      algorithms: this.algorithms,
-      clockTolerance: this.skewSeconds,
-      currentDate: new Date(nowSeconds * 1000),
-      requiredClaims: ['exp'],
-      ...(this.config.require_typ !== undefined && { typ: this.config.require_typ }),
-    }
-    let payload: JWTPayload
+    const alg = header.alg
+    if (typeof alg !== 'string' || alg === '') throw rejectJwt('malformed')
+    if (!this.algorithms.includes(alg) || !isSupportedAlgorithm(alg)) throw rejectJwt('algorithm_not_allowed')
     try {
-      payload = await verifyWithKeySet(token, this.getKey, options)
+      await this.verifySignature(alg, jwt)
     } catch (error) {
       if (error instanceof KeySetUnavailable) throw new TemporarilyUnavailable(error.message, error.retryAfterSeconds, error)
-      throw rejectJwt(rejectionOf(error), error)
+      throw error instanceof InvalidToken ? error : rejectJwt(rejectionOf(error), error)
     }
-    // jose checks `iat` only with maxTokenAge; a token issued in the future (beyond skew) is refused too.
-    if (payload.iat !== undefined && typeof payload.iat !== 'number') throw rejectJwt('bad_claim')
-    if (typeof payload.iat === 'number' && payload.iat > nowSeconds + this.skewSeconds) {
-      throw rejectJwt('issued_in_future')
-    }
-    const scopes = readScopes(payload as Record<string, unknown>, this.config.scope_claim)
+    const nowSeconds = Math.floor(this.now() / 1000)
+    this.checkClaims(header, payload, nowSeconds)
+    const scopes = readScopes(payload, this.config.scope_claim)
     if (!scopes) throw rejectJwt('bad_scope_claim')
     const clientId = payload.client_id ?? payload.azp
     return {
@@ -110,49 +104,71 @@ export class JwtIssuer {
       subject: typeof payload.sub === 'string' ? payload.sub : undefined,
       clientId: typeof clientId === 'string' ? clientId : undefined,
       scopes,
-      expiresAt: payload.exp,
-      claims: payload,
+      expiresAt: payload.exp as number,
+      claims: payload as JWTPayload,
     }
+  }
+
+  /**
+   * RFC 7517 §4.5: a token without `kid` can match several keys of its type (an issuer mid-rotation);
+   * jose's key set then hands back every candidate and the signature decides. One valid signature is enough.
+   */
+  private async verifySignature(alg: JwsAlgorithm, jwt: DecodedJwt): Promise<void> {
+    let key: unknown
+    try {
+      key = await this.getKey({ ...jwt.header, alg }, jwt.parts)
+    } catch (error) {
+      if (!(error instanceof errors.JWKSMultipleMatchingKeys)) throw error
+      for await (const candidate of error) {
+        if (verifyJwsSignature(alg, candidate, jwt.signingInput, jwt.signature)) return
+      }
+      throw rejectJwt('bad_signature')
+    }
+    if (!verifyJwsSignature(alg, key, jwt.signingInput, jwt.signature)) throw rejectJwt('bad_signature')
+  }
+
+  /** jose's claim checks (validateClaimsSet), in its order, with our options; then `iat`, which jose checks only with maxTokenAge. */
+  private checkClaims(header: JwtHeader, payload: JwtClaims, nowSeconds: number): void {
+    const typ = this.config.require_typ
+    if (typ !== undefined && (typeof header.typ !== 'string' || normalizeTyp(header.typ) !== normalizeTyp(typ))) throw rejectJwt('wrong_typ')
+    const audiences = this.config.audience
+    for (const claim of audiences === undefined ? ['iss', 'exp'] : ['iss', 'aud', 'exp']) {
+      if (!Object.hasOwn(payload, claim)) throw rejectJwt('missing_claim')
+    }
+    if (payload.iss !== this.config.issuer) throw rejectJwt('unknown_issuer')
+    if (audiences !== undefined && !audienceMatches(payload.aud, audiences)) throw rejectJwt('wrong_audience')
+    const skew = this.skewSeconds
+    const nbf = numericDate(payload, 'nbf')
+    if (nbf !== undefined && nbf > nowSeconds + skew) throw rejectJwt('not_yet_valid')
+    const exp = numericDate(payload, 'exp')
+    if (exp !== undefined && exp <= nowSeconds - skew) throw rejectJwt('expired')
+    const iat = numericDate(payload, 'iat')
+    if (iat !== undefined && iat > nowSeconds + skew) throw rejectJwt('issued_in_future')
   }
 }
 
-/**
- * RFC 7517 §4.5: a token without `kid` can match several keys of its type (an issuer mid-rotation);
- * jose then hands back every candidate and the signature decides. One valid signature is enough; a
- * claim failure with the right key is reported as such, not as a bad signature.
- */
-async function verifyWithKeySet(token: string, getKey: JWTVerifyGetKey, options: JWTVerifyOptions): Promise<JWTPayload> {
-  try {
-    return (await jwtVerify(token, getKey, options)).payload
-  } catch (error) {
-    if (!(error instanceof errors.JWKSMultipleMatchingKeys)) throw error
-    let failure: unknown = error
-    for await (const key of error) {
-      try {
-        return (await jwtVerify(token, key, options)).payload
-      } catch (attempt) {
-        if (!(attempt instanceof errors.JWSSignatureVerificationFailed)) throw attempt
-        failure = attempt
-      }
-    }
-    throw failure
-  }
+/** A claim that must be a NumericDate when present (RFC 7519 §2). */
+function numericDate(payload: JwtClaims, claim: 'exp' | 'nbf' | 'iat'): number | undefined {
+  const value = payload[claim]
+  if (value === undefined) return undefined
+  if (typeof value !== 'number' || !Number.isFinite(value)) throw rejectJwt('bad_claim')
+  return value
+}
+
+/** RFC 7519 §4.1.3: one of the configured audiences, as the string or among the array's strings. */
+function audienceMatches(aud: unknown, audiences: readonly string[]): boolean {
+  if (typeof aud === 'string') return audiences.includes(aud)
+  return Array.isArray(aud) && audiences.some((audience) => aud.includes(audience))
+}
+
+/** RFC 7515 §4.1.9: `at+jwt` stands for `application/at+jwt`, compared without case. */
+function normalizeTyp(value: string): string {
+  const lower = value.toLowerCase()
+  return lower.includes('/') ? lower : `application/${lower}`
 }
 
 function rejectionOf(error: unknown): JwtRejection {
-  if (error instanceof errors.JWTExpired) return 'expired'
-  if (error instanceof errors.JWTClaimValidationFailed) {
-    if (error.reason === 'missing') return 'missing_claim'
-    if (error.reason !== 'check_failed') return 'bad_claim'
-    switch (error.claim) {
-      case 'nbf': return 'not_yet_valid'
-      case 'aud': return 'wrong_audience'
-      case 'iss': return 'unknown_issuer'
-      case 'typ': return 'wrong_typ'
-      default: return 'bad_claim'
-    }
-  }
-  if (error instanceof errors.JWSSignatureVerificationFailed) return 'bad_signature'
+  if (error instanceof UnusableKey) return 'unknown_kid'
   if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys) return 'unknown_kid'
   if (error instanceof errors.JOSEAlgNotAllowed || error instanceof errors.JOSENotSupported) return 'algorithm_not_allowed'
   return 'malformed'
@@ -165,10 +181,43 @@ export function looksLikeJwt(token: string): boolean {
   return COMPACT_JWS.test(token)
 }
 
-/** The unverified `iss` (to pick the issuer) and protected header; a token that does not decode is invalid. */
-export function decodeUnverified(token: string): { iss: unknown; header: ProtectedHeaderParameters } {
+export type JwtHeader = ProtectedHeaderParameters
+export type JwtClaims = Record<string, unknown>
+
+/** A compact JWS taken apart, nothing verified yet. */
+export interface DecodedJwt {
+  readonly header: JwtHeader
+  readonly payload: JwtClaims
+  /** The first two segments, as signed. */
+  readonly signingInput: string
+  readonly signature: Buffer
+  /** The segments as jose's key resolvers receive them. */
+  readonly parts: { readonly protected: string; readonly payload: string; readonly signature: string }
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+
+/** A segment that must decode to a JSON object (RFC 7515 §5.2 step 3 for the header, RFC 7519 §7.2 for the claims). */
+function jsonObject(segment: string): Record<string, unknown> {
+  const value: unknown = JSON.parse(utf8.decode(Buffer.from(segment, 'base64url')))
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new TypeError('not a JSON object')
+  return value as Record<string, unknown>
+}
+
+/** The header and claims (`iss` picks the issuer) of a compact JWS; a token that does not decode is invalid. */
+export function decodeUnverified(token: string): DecodedJwt {
+  const first = token.indexOf('.')
+  const second = token.indexOf('.', first + 1)
+  if (first < 0 || second < 0 || token.indexOf('.', second + 1) >= 0) throw rejectJwt('malformed')
+  const parts = { protected: token.slice(0, first), payload: token.slice(first + 1, second), signature: token.slice(second + 1) }
   try {
-    return { iss: decodeJwt(token).iss, header: decodeProtectedHeader(token) }
+    return {
+      header: jsonObject(parts.protected) as JwtHeader,
+      payload: jsonObject(parts.payload),
+      signingInput: token.slice(0, second),
+      signature: Buffer.from(parts.signature, 'base64url'),
+      parts,
+    }
   } catch (error) {
     throw rejectJwt('malformed', error)
   }

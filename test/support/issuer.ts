@@ -5,10 +5,11 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK, type JWTPayload } from 'jose'
+import type { JwsAlgorithm } from '../../src/config/schema.js'
 
 export interface SigningKey {
   kid: string
-  alg: 'ES256' | 'RS256'
+  alg: JwsAlgorithm
   privateKey: CryptoKey
   publicJwk: JWK
 }
@@ -33,7 +34,7 @@ export interface TestIssuer {
   keys: SigningKey[]
   sign(claims?: JWTPayload, options?: SignOptions): Promise<string>
   /** Publishes a new key of that algorithm (and keeps the old ones unless `replace`). */
-  rotate(alg?: 'ES256' | 'RS256', replace?: boolean): Promise<SigningKey>
+  rotate(alg?: JwsAlgorithm, replace?: boolean): Promise<SigningKey>
   /** While down, /jwks answers 503. */
   setDown(down: boolean): void
   close(): Promise<void>
@@ -41,7 +42,7 @@ export interface TestIssuer {
 
 let counter = 0
 
-export async function createSigningKey(alg: 'ES256' | 'RS256', kid = `key-${alg}-${++counter}`): Promise<SigningKey> {
+export async function createSigningKey(alg: JwsAlgorithm, kid = `key-${alg}-${++counter}`): Promise<SigningKey> {
   const { privateKey, publicKey } = await generateKeyPair(alg, { extractable: true })
   return { kid, alg, privateKey, publicJwk: { ...(await exportJWK(publicKey)), kid, alg, use: 'sig' } }
 }
