@@ -423,6 +423,85 @@ describe('forwarding: identity headers', () => {
   })
 })
 
+describe('forwarding: responses', () => {
+  /** An upstream whose handler is the test's own; closed when the test ends. */
+  async function customUpstream(onTestFinished: TestContext['onTestFinished'], handler: http.RequestListener): Promise<string> {
+    const server = http.createServer(handler)
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    onTestFinished(() => { server.closeAllConnections(); return new Promise<void>((resolve) => server.close(() => resolve())) })
+    return `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`
+  }
+
+  function get(url: string, authorization: string): Promise<http.IncomingMessage> {
+    return new Promise((resolve, reject) => {
+      http.get(url, { agent: false, headers: { authorization } }, resolve).on('error', reject)
+    })
+  }
+
+  it('relays a large response as it streams, and holds the upstream back while the client does not read', { timeout: 30_000 }, async ({ onTestFinished }) => {
+    const total = 96 * 1024 * 1024
+    const block = randomBytes(1024 * 1024)
+    const upstreamHash = createHash('sha256')
+    let written = 0
+    const url = await customUpstream(onTestFinished, (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': total })
+      const more = () => {
+        while (written < total) {
+          const next = Buffer.from(block)
+          next.writeUInt32BE(written / block.length, 0)
+          written += next.length
+          upstreamHash.update(next)
+          if (!res.write(next)) { res.once('drain', more); return }
+        }
+        res.end()
+      }
+      more()
+    })
+    const { gateway, bearer } = await setup(onTestFinished, { upstreamUrl: url })
+    const res = await get(`${gateway.url}/download`, await bearer())
+    expect(res.statusCode).toBe(200)
+    // The client reads nothing for a while: the upstream must stall once the buffers on the way are full.
+    res.pause()
+    await sleep(600)
+    const stalledAt = written
+    await sleep(400)
+    expect(written).toBe(stalledAt)
+    expect(stalledAt).toBeLessThan(total / 2)
+    const clientHash = createHash('sha256')
+    let received = 0
+    res.on('data', (chunk: Buffer) => { received += chunk.length; clientHash.update(chunk) })
+    await new Promise((resolve) => res.on('end', resolve).resume())
+    expect(received).toBe(total)
+    expect(clientHash.digest('hex')).toBe(upstreamHash.digest('hex'))
+  })
+
+  it('aborts the upstream request when the client goes away while the upstream is still answering', async ({ onTestFinished }) => {
+    let upstreamClosed = 0
+    let finished = 0
+    const url = await customUpstream(onTestFinished, (_req, res) => {
+      res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' })
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write('data: first\n\n')
+      res.on('close', () => { upstreamClosed++ })
+      res.on('finish', () => { finished++ })
+    })
+    const { gateway, bearer } = await setup(onTestFinished, { upstreamUrl: url })
+    const res = await get(`${gateway.url}/events`, await bearer())
+    expect(res.statusCode).toBe(200)
+    expect(res.headers['content-type']).toBe('text/event-stream')
+    const first = await new Promise<string>((resolve) => res.once('data', (chunk: Buffer) => resolve(chunk.toString())))
+    expect(first).toBe('data: first\n\n')
+    res.destroy()
+    await expect.poll(() => upstreamClosed).toBe(1)
+    expect(finished).toBe(0)
+    // The client left: logged as 499, and not as the upstream's failure.
+    await expect.poll(() => gateway.logs.some((line) => line.includes('"path":"/events"'))).toBe(true)
+    const line = JSON.parse(gateway.logs.find((entry) => entry.includes('"path":"/events"'))!) as Record<string, unknown>
+    expect(line).toMatchObject({ status: 499, decision: 'forwarded', msg: 'request' })
+    expect(gateway.logs.filter((line) => line.includes('"level":50'))).toEqual([])
+  })
+})
+
 describe('forwarding: bodies', () => {
   const FIFTY_MB = 50 * 1024 * 1024
 

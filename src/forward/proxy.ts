@@ -9,7 +9,7 @@ import { Pool, type Dispatcher } from 'undici'
 import type { UpstreamConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { BadGateway, GatewayError, GatewayTimeout, RequestTooLarge } from '../errors/oauth-errors.js'
-import { filterResponseHeaders, type OutgoingHeaders } from './upstream-headers.js'
+import { responseHeaderList, type OutgoingHeaders } from './upstream-headers.js'
 
 export interface Upstream {
   readonly name: string
@@ -42,20 +42,73 @@ export function createUpstream(name: string, config: UpstreamConfig): Upstream {
   return { name, echo: false, pool, timeoutMs }
 }
 
-function writeResponseHead({ statusCode, headers, opaque: res }: Dispatcher.StreamFactoryData<ServerResponse>): ServerResponse {
-  res.writeHead(statusCode, filterResponseHeaders(headers))
-  return res
+/** Why an upstream request was aborted: the client's response closed before it was complete. */
+export class ClientGone extends Error {
+  override readonly name = 'ClientGone'
+  constructor() { super('the client closed the connection before the response was complete') }
 }
 
+/**
+ * undici's handler for one forwarded request: writes the upstream's status, headers and body straight into
+ * the client's response, with backpressure both ways, and aborts the upstream request when the client goes
+ * away. (undici's `stream()` does the same through an AsyncResource, `stream.finished` and a header object:
+ * about 5 µs more per request.)
+ */
+class ForwardHandler implements Dispatcher.DispatchHandler {
+  private abort: ((error: Error) => void) | undefined
+  private resume: (() => void) | undefined
+  private settled = false
+  private clientGone = false
+
+  constructor(private readonly res: ServerResponse, private readonly resolve: () => void, private readonly reject: (error: Error) => void) {
+    res.once('close', () => {
+      if (this.settled) return
+      this.clientGone = true
+      this.abort?.(new ClientGone())
+    })
+  }
+
+  onConnect(abort: (error?: Error) => void): void {
+    if (this.clientGone) abort(new ClientGone())
+    else this.abort = abort
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    if (statusCode < 200) return true  // 1xx: node sends its own 100 Continue; the rest are not relayed
+    this.resume = resume
+    this.res.writeHead(statusCode, responseHeaderList(rawHeaders))
+    return true
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.res.write(chunk)) return true
+    this.res.once('drain', this.resume!)
+    return false
+  }
+
+  onComplete(): void {
+    this.settled = true
+    this.res.end()
+    this.resolve()
+  }
+
+  onError(error: Error): void {
+    this.settled = true
+    this.reject(error)
+  }
+}
+
+/** Forwards the request on the upstream's pool; settles when the upstream's response has been relayed, or failed. */
 export function forwardRequest(upstream: Upstream, req: IncomingMessage, res: ServerResponse,
-  headers: OutgoingHeaders, body: Readable | Buffer | null): Promise<Dispatcher.StreamData<ServerResponse>> {
-  return upstream.pool!.stream<ServerResponse>({
-    path: req.url!,
-    method: req.method as Dispatcher.HttpMethod,
-    headers,
-    body,
-    opaque: res,
-  }, writeResponseHead)
+  headers: OutgoingHeaders, body: Readable | Buffer | null): Promise<void> {
+  return new Promise((resolve, reject) => {
+    upstream.pool!.dispatch({
+      path: req.url!,
+      method: req.method as Dispatcher.HttpMethod,
+      headers,
+      body,
+    }, new ForwardHandler(res, resolve, reject))
+  })
 }
 
 /** What went wrong talking to the upstream, as the error the client gets. */

@@ -90,15 +90,26 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
 const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade',
   'proxy-authenticate', 'proxy-authorization'])
 
-/** Upstream response headers minus hop-by-hop ones; node sets its own framing. */
-export function filterResponseHeaders(headers: Record<string, string | string[] | undefined>): OutgoingHeaders {
-  const out: OutgoingHeaders = {}
-  const alsoRemoved = connectionListed(headers.connection)
-  for (const name in headers) {
-    const value = headers[name]
-    if (value !== undefined && !RESPONSE_HOP_BY_HOP.has(name) && !alsoRemoved?.has(name)) out[name] = value
+/**
+ * Upstream response headers, as undici hands them over (name, value, name, value, … in Buffers), minus
+ * hop-by-hop ones, as the flat list `writeHead` takes: names keep their case, repeated fields stay apart.
+ * Node sets its own framing.
+ */
+export function responseHeaderList(raw: readonly Buffer[]): string[] {
+  const out: string[] = []
+  let connection: string | undefined
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toString('latin1')
+    const lower = name.toLowerCase()
+    const value = raw[i + 1]!.toString('latin1')
+    if (lower === 'connection') connection = connection === undefined ? value : `${connection},${value}`
+    if (!RESPONSE_HOP_BY_HOP.has(lower)) out.push(lower, value)
   }
-  return out
+  const alsoRemoved = connectionListed(connection)
+  if (!alsoRemoved) return out
+  const kept: string[] = []
+  for (let i = 0; i < out.length; i += 2) if (!alsoRemoved.has(out[i]!)) kept.push(out[i]!, out[i + 1]!)
+  return kept
 }
 
 /** RFC 9110 §7.6.1: the header fields a Connection header names are hop-by-hop too. */

@@ -16,7 +16,7 @@ import {
 import type { Decision } from '../metrics/metrics.js'
 import { renderError, renderErrorOnSocket } from '../errors/render.js'
 import { echoRequest } from '../forward/echo.js'
-import { BodyLimit, forwardRequest, upstreamFailure } from '../forward/proxy.js'
+import { BodyLimit, ClientGone, forwardRequest, upstreamFailure } from '../forward/proxy.js'
 import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
 import type { CompiledRule } from '../rules/compile.js'
 import { allowedMethods, matchRule } from '../rules/match.js'
@@ -209,8 +209,10 @@ export class GatewayPipeline {
       rt.metrics.observeUpstream(upstream.name, 'response', (performance.now() - sent) / 1000)
     } catch (error) {
       rt.metrics.observeUpstream(upstream.name, 'failure', (performance.now() - sent) / 1000)
-      // The client went away mid-body: the upstream request was aborted for it, not failed by the upstream.
+      // The client went away (mid-body, or before the answer was relayed): the upstream request was aborted
+      // for it, not failed by the upstream.
       if (req.destroyed && !req.complete) throw new MalformedRequest('the request body ended early', { detail: 'client_aborted', cause: error })
+      if (error instanceof ClientGone) throw new MalformedRequest('the client went away before the response was complete', { detail: 'client_aborted', cause: error })
       throw upstreamFailure(error, upstream.name)
     }
   }
