@@ -377,8 +377,8 @@ describe('revocation hook', () => {
     const seen: Array<{ jti: unknown; hash: string }> = []
     const harness = await start(context, {
       isRevoked: (principal, hash) => {
-        seen.push({ jti: principal.claims.jti, hash })
-        return revoked.has(String(principal.claims.jti))
+        seen.push({ jti: principal.jti, hash })
+        return revoked.has(String(principal.jti))
       },
     })
     const token = await tokenAt(harness, { jti: 'jti-revoked' })

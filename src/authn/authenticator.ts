@@ -223,7 +223,7 @@ export class Authenticator {
     if (jti === undefined && sub === undefined && clientId === undefined && issuer === undefined) return count
     const matches = (principal: Principal) =>
       (issuer !== undefined && principal.issuer === issuer) ||
-      (jti !== undefined && principal.claims.jti === jti) ||
+      (jti !== undefined && principal.jti === jti) ||
       (sub !== undefined && principal.subject === sub) ||
       (clientId !== undefined && principal.clientId === clientId)
     count += this.jwtCache?.deleteWhere((entry) => matches(entry.principal)) ?? 0

@@ -180,7 +180,7 @@ export class IntrospectionClient {
       clientId: typeof clientId === 'string' ? clientId : undefined,
       scopes,
       expiresAt: typeof exp === 'number' ? exp : undefined,
-      claims: body,
+      jti: typeof body.jti === 'string' ? body.jti : undefined,
     }
     const until = Math.min(nowMs + this.positiveTtlMs, typeof exp === 'number' ? exp * 1000 : Infinity)
     return { active: true, principal, expiresAtMs: until }

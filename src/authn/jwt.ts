@@ -3,7 +3,7 @@
  * then the signature is verified on node:crypto with a key from jose's key set, and the algorithm allow-list,
  * `aud`, `exp`/`nbf`/`iat` with skew, `typ` and `crit` are checked as jose's jwtVerify checks them.
  */
-import { errors, type JWTPayload, type JWTVerifyGetKey, type ProtectedHeaderParameters } from 'jose'
+import { errors, type JWTVerifyGetKey, type ProtectedHeaderParameters } from 'jose'
 import { pathToFileURL } from 'node:url'
 import type { FastifyBaseLogger } from 'fastify'
 import type { IssuerConfig, JwsAlgorithm } from '../config/schema.js'
@@ -105,7 +105,7 @@ export class JwtIssuer {
       clientId: typeof clientId === 'string' ? clientId : undefined,
       scopes,
       expiresAt: payload.exp as number,
-      claims: payload as JWTPayload,
+      jti: typeof payload.jti === 'string' ? payload.jti : undefined,
     }
   }
 

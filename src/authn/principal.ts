@@ -6,7 +6,8 @@ export interface Principal {
   readonly scopes: readonly string[]
   /** Seconds since the epoch. */
   readonly expiresAt: number | undefined
-  readonly claims: Readonly<Record<string, unknown>>
+  /** The token's `jti` (a string, or undefined): what revocation by jti matches. Nothing else of the claims is kept. */
+  readonly jti: string | undefined
 }
 
 // RFC 6749 §3.3 scope-token: 1*NQCHAR. An array member with a space would read as two scopes in

@@ -68,7 +68,7 @@ function principalOf(record: StoredAccessToken, issuer: string): Principal {
     clientId: record.clientId,
     scopes: record.scope === '' ? [] : record.scope.split(' '),
     expiresAt: record.exp,
-    claims: { ...record, iss: issuer },
+    jti: record.jti,
   }
 }
 
@@ -193,7 +193,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       const record = await store.find('access_token', hashOfToken) as StoredAccessToken | undefined
       return record && record.exp * 1000 > now() ? principalOf(record, settings.issuer) : undefined
     },
-    isRevoked: (principal) => revocations.isRevoked(principal.claims.jti),
+    isRevoked: (principal) => revocations.isRevoked(principal.jti),
   }
   return {
     ctx,

@@ -5,7 +5,7 @@ import { InsufficientScope } from '../errors/oauth-errors.js'
 import { requireScopes } from './scopes.js'
 
 function principal(scopes: string[]): Principal {
-  return { issuer: 'https://issuer.example/', subject: 'user-1', clientId: 'client-1', scopes, expiresAt: undefined, claims: {} }
+  return { issuer: 'https://issuer.example/', subject: 'user-1', clientId: 'client-1', scopes, expiresAt: undefined, jti: undefined }
 }
 
 /** requireScopes reads only the two scope fields of a rule. */
