@@ -329,6 +329,8 @@ describe('tokens that are not JWTs', () => {
     ['a header that is not JSON', `${b64url('not json')}.${b64url({ iss: 'x' })}.AAAA`, 'malformed'],
     ['a payload that is not JSON', `${b64url({ alg: 'ES256' })}.${b64url('not json')}.AAAA`, 'malformed'],
     ['a payload that is a JSON array', `${b64url({ alg: 'ES256' })}.${b64url('[1,2]')}.AAAA`, 'malformed'],
+    ['a payload that is not UTF-8', `${b64url({ alg: 'ES256' })}.${Buffer.concat([Buffer.from('{"iss":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]).toString('base64url')}.AAAA`, 'malformed'],
+    ['a header that is not UTF-8', `${Buffer.concat([Buffer.from('{"alg":"ES256","kid":"'), Buffer.from([0xc3]), Buffer.from('"}')]).toString('base64url')}.${b64url({ iss: 'x' })}.AAAA`, 'malformed'],
     ['a JWE-shaped token (five segments)', 'eyJhbGciOiJSU0EtT0FFUCJ9.AAAA.AAAA.AAAA.AAAA', 'no_introspecting_issuer'],
   ])('answers 401 invalid_token for a token with %s', async ([, token, reason]) => {
     await expectInvalidToken(shared, token!, reason!)

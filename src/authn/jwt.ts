@@ -4,6 +4,7 @@
  * `aud`, `exp`/`nbf`/`iat` with skew, `typ` and `crit` are checked as jose's jwtVerify checks them.
  */
 import { errors, type JWTVerifyGetKey, type ProtectedHeaderParameters } from 'jose'
+import { isUtf8 } from 'node:buffer'
 import { pathToFileURL } from 'node:url'
 import type { FastifyBaseLogger } from 'fastify'
 import type { IssuerConfig, JwsAlgorithm } from '../config/schema.js'
@@ -195,11 +196,11 @@ export interface DecodedJwt {
   readonly parts: { readonly protected: string; readonly payload: string; readonly signature: string }
 }
 
-const utf8 = new TextDecoder('utf-8', { fatal: true })
-
 /** A segment that must decode to a JSON object (RFC 7515 §5.2 step 3 for the header, RFC 7519 §7.2 for the claims). */
 function jsonObject(segment: string): Record<string, unknown> {
-  const value: unknown = JSON.parse(utf8.decode(Buffer.from(segment, 'base64url')))
+  const bytes = Buffer.from(segment, 'base64url')
+  if (!isUtf8(bytes)) throw new TypeError('not UTF-8')
+  const value: unknown = JSON.parse(bytes.toString('utf8'))
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new TypeError('not a JSON object')
   return value as Record<string, unknown>
 }
