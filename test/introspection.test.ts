@@ -5,6 +5,7 @@
  * status, the challenge, the JSON body, the logged reason and that nothing reached the upstream.
  */
 import { createHash, randomBytes } from 'node:crypto'
+import http from 'node:http'
 import { describe, expect, it, type TestContext } from 'vitest'
 import type { CacheStats } from '../src/authn/token-cache.js'
 import { startGateway, testConfig, type RunningGateway } from './support/gateway.js'
@@ -42,6 +43,8 @@ interface SetupOptions {
   cache?: Record<string, unknown>
   routes?: Record<string, unknown>[]
   idp?: IntrospectionServerOptions
+  /** Merged into the upstream's settings. */
+  upstream?: Record<string, unknown>
 }
 
 /** An issuer that has introspection and no key source. */
@@ -60,7 +63,7 @@ async function setup(context: TestContext, options: SetupOptions = {}): Promise<
   const clock: Clock = { ms: Date.now() }
   const issuers = options.issuers?.(idp) ?? [introspectingIssuer(idp, options.issuer, options.introspection)]
   const config = {
-    ...testConfig({ upstream, ...(options.routes && { routes: options.routes }) }),
+    ...testConfig({ upstream, upstreamExtra: options.upstream, ...(options.routes && { routes: options.routes }) }),
     issuers,
     ...(options.cache && { cache: options.cache }),
   }
@@ -580,6 +583,27 @@ describe('introspection endpoint down or slow', () => {
     s.idp.answerJson(token, activeAnswer(s.clock))
     await expectAccepted(s, token)
     expect(s.idp.callCount).toBe(2)
+  })
+
+  it('forwards nothing for a client that left while its token was introspected, and keeps the upstream connection free', async (context) => {
+    // One upstream connection: a request left holding it would stall every later one.
+    const s = await setup(context, { upstream: { connections: 1 } })
+    const token = opaqueToken()
+    const release = deferred()
+    s.idp.answer(token, { json: activeAnswer(s.clock), holdUntil: release.promise })
+    const gone = http.get(`${s.gateway.url}/orders/1`, { agent: false, headers: { authorization: `Bearer ${token}` } })
+    gone.on('error', () => {})
+    await s.idp.waitForCalls(1)
+    gone.destroy()
+    // Let the gateway see the connection close before the answer arrives.
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    release.resolve()
+    await until(() => logEntries(s.gateway).some((entry) => entry.msg === 'request'), 'the request logged')
+    expect(logEntries(s.gateway).find((entry) => entry.msg === 'request')).toMatchObject({ status: 499 })
+    expect(s.upstream.requests).toHaveLength(0)
+    // The answer was cached: the next request with the token is forwarded on the one connection.
+    await expectAccepted(s, token)
+    expect(s.idp.callCount).toBe(1)
   })
 
   it('gives up after the default 2s timeout', async (context) => {

@@ -272,6 +272,35 @@ describe('JWT signatures and algorithms', () => {
   })
 })
 
+describe('one signed token, one spelling', () => {
+  const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
+
+  it('refuses, as malformed, a respelling of a valid signature that decodes to the same bytes (so a revoked or cached hash cannot be sidestepped)', async (context) => {
+    const [upstream, issuer] = await Promise.all([startRecordingUpstream(), startTestIssuer()])
+    const es384 = await issuer.rotate('ES384')
+    const gateway = await startGateway(testConfig({ upstream, issuer, issuerExtra: { algorithms: ['ES256', 'ES384'] } }))
+    const harness = { upstream, issuer, gateway }
+    context.onTestFinished(() => shutdownHarness(harness))
+
+    // ES256: 64 bytes end in a 2-character group whose last character carries 4 unused bits.
+    const token = await signWith(es256(issuer), claimsFor(issuer))
+    await expectAccepted(harness, token)
+    const [header, payload, signature] = token.split('.') as [string, string, string]
+    const last = ALPHABET.indexOf(signature.at(-1)!)
+    const trailingBits = `${signature.slice(0, -1)}${ALPHABET[last ^ 1]}`
+    expect(Buffer.from(trailingBits, 'base64url')).toEqual(Buffer.from(signature, 'base64url'))
+    await expectInvalidToken(harness, `${header}.${payload}.${trailingBits}`, 'malformed')
+    gateway.logs.length = 0
+
+    // ES384: 96 bytes are exactly 128 characters; one more is a dangling character a lenient decoder drops.
+    const long = await signWith(es384, claimsFor(issuer))
+    await expectAccepted(harness, long)
+    const dangling = `${long}A`
+    expect(Buffer.from(dangling.split('.')[2]!, 'base64url')).toEqual(Buffer.from(long.split('.')[2]!, 'base64url'))
+    await expectInvalidToken(harness, dangling, 'malformed')
+  })
+})
+
 describe('JOSE header parameters', () => {
   it('answers 401 for a token with a crit header, even one naming a present parameter', async () => {
     const key = es256(shared.issuer)

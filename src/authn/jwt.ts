@@ -205,6 +205,18 @@ function jsonObject(segment: string): Record<string, unknown> {
   return value as Record<string, unknown>
 }
 
+/**
+ * The signature segment's bytes, only if the segment is their one base64url spelling. Node's decoder
+ * ignores a dangling last character and nonzero trailing bits, so without this check one signed token
+ * would have several spellings, each with its own hash, and a token revoked or cached by its hash could
+ * come back as another. (The other two segments are signed as written: a respelling fails the signature.)
+ */
+function canonicalSignature(segment: string): Buffer {
+  const bytes = Buffer.from(segment, 'base64url')
+  if (bytes.toString('base64url') !== segment) throw new TypeError('signature is not canonical base64url')
+  return bytes
+}
+
 /** The header and claims (`iss` picks the issuer) of a compact JWS; a token that does not decode is invalid. */
 export function decodeUnverified(token: string): DecodedJwt {
   const first = token.indexOf('.')
@@ -216,7 +228,7 @@ export function decodeUnverified(token: string): DecodedJwt {
       header: jsonObject(parts.protected) as JwtHeader,
       payload: jsonObject(parts.payload),
       signingInput: token.slice(0, second),
-      signature: Buffer.from(parts.signature, 'base64url'),
+      signature: canonicalSignature(parts.signature),
       parts,
     }
   } catch (error) {

@@ -61,6 +61,12 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
   private clientGone = false
 
   constructor(private readonly res: ServerResponse, private readonly resolve: () => void, private readonly reject: (error: Error) => void) {
+    // The client may have left while the request was authenticated or its body read: its 'close' has
+    // been emitted already, and a response written to it would wait for a 'drain' that never comes.
+    if (res.destroyed) {
+      this.clientGone = true
+      return
+    }
     res.once('close', () => {
       if (this.settled) return
       this.clientGone = true
@@ -74,7 +80,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
-    if (statusCode < 200) return true  // 1xx: node sends its own 100 Continue; the rest are not relayed
+    if (statusCode < 200) return true  // an interim response (103 Early Hints) is not relayed; the final one follows
     this.resume = resume
     this.res.writeHead(statusCode, responseHeaderList(rawHeaders))
     return true
@@ -82,6 +88,10 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
 
   onData(chunk: Buffer): boolean {
     if (this.res.write(chunk)) return true
+    if (this.res.destroyed) {
+      this.abort?.(new ClientGone())
+      return false
+    }
     this.res.once('drain', this.resume!)
     return false
   }

@@ -92,7 +92,7 @@ const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connecti
 
 /**
  * Upstream response headers, as undici hands them over (name, value, name, value, … in Buffers), minus
- * hop-by-hop ones, as the flat list `writeHead` takes: names keep their case, repeated fields stay apart.
+ * hop-by-hop ones, as the flat list `writeHead` takes: names lower-cased, repeated fields kept apart.
  * Node sets its own framing.
  */
 export function responseHeaderList(raw: readonly Buffer[]): string[] {
