@@ -12,7 +12,9 @@
 // Options: --quick, --duration S (measured seconds per run; default 10), --warmup S (default 3), --reps N
 // (default 3), --scenarios LIST (default all; `e` selects both e-… rows, `b` also b@2000, …),
 // --connections N (default 50 for the proxy scenarios, 20 for the token endpoint), --entries N (cached
-// tokens for (i); default 100 000). REDIS_URL (default redis://127.0.0.1:6379) for the Redis rows.
+// tokens for (i); default 100 000), --profile DIR (each process under test writes a V8 CPU profile into DIR
+// on exit, for a flame graph; the profiler's own cost skews that run's figures). REDIS_URL (default
+// redis://127.0.0.1:6379) for the Redis rows.
 //
 // Scenarios (the request is GET /api/items/42 with a Bearer token, the answer the upstream's ~100-byte JSON):
 //   a         the upstream alone (node:http, bench/servers.mjs); here it is the process under test
@@ -70,6 +72,7 @@ const { values: opts } = parseArgs({
     scenarios: { type: 'string' },
     connections: { type: 'string' },
     entries: { type: 'string' },
+    profile: { type: 'string' },
   },
 })
 const QUICK = opts.quick
@@ -169,7 +172,11 @@ for (const signal of ['SIGINT', 'SIGTERM']) process.once(signal, () => process.e
 
 /** Starts `node args…`, pinned to `cpu` when taskset exists (taskset execs node: same pid). */
 function launch(name, cpu, args, { stdout = 'pipe', nodeArgs = [] } = {}) {
-  const argv = [process.execPath, ...nodeArgs, ...args]
+  // --profile DIR: each process under test (CPU 0) writes a V8 CPU profile there when it exits.
+  const profiling = opts.profile && cpu === 0
+    ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(opts.profile), '--cpu-prof-name', `${name}-${Date.now()}.cpuprofile`]
+    : []
+  const argv = [process.execPath, ...profiling, ...nodeArgs, ...args]
   const child = hasTaskset && cpu !== undefined
     ? spawn('taskset', ['-c', String(cpu), ...argv], { stdio: ['ignore', stdout, 'pipe'], cwd: root })
     : spawn(argv[0], argv.slice(1), { stdio: ['ignore', stdout, 'pipe'], cwd: root })
