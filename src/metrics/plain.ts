@@ -20,31 +20,52 @@ interface MetricValue {
   readonly metricName?: string
 }
 
+/** Series by their label values, one level per label: a lookup hashes strings that already exist. */
+type Index<S> = Map<string, Index<S> | S>
+
 abstract class PlainMetric<Name extends string, S extends Series<Name>> {
   abstract readonly type: 'counter' | 'histogram'
   readonly aggregator = 'sum' as const
-  protected readonly series = new Map<string, S>()
+  /** Every series, in the order they were made (the exposition order). */
+  protected series: S[] = []
+  private index: Index<S> = new Map()
 
   constructor(readonly name: string, readonly help: string, readonly labelNames: readonly Name[], registry: Registry) {
+    if (labelNames.length === 0) throw new TypeError(`${name}: a plain metric needs at least one label`)
     registry.registerMetric(this as never)
   }
 
+  /** A new series with these labels, values at zero. */
+  protected abstract create(labels: Labels<Name>): S
+
   /**
-   * The series of these label values, in the order of `labelNames`, made on first use: one string key and
-   * one map lookup, no label object per call. Label values must be bounded by the caller.
+   * The series of these label values, in the order of `labelNames`, made on first use. Each call walks one
+   * map per label and allocates nothing: no joined key, no label object. Label values must be bounded by
+   * the caller.
    */
-  protected child(values: readonly string[], make: (labels: Labels<Name>) => S): S {
-    const key = values.join('\u0000')
-    let found = this.series.get(key)
-    if (!found) {
-      found = make(Object.fromEntries(this.labelNames.map((name, i) => [name, values[i]!])) as Labels<Name>)
-      this.series.set(key, found)
+  protected child(values: readonly string[]): S {
+    let node = this.index
+    const last = values.length - 1
+    for (let i = 0; i < last; i++) {
+      let next = node.get(values[i]!) as Index<S> | undefined
+      if (next === undefined) {
+        next = new Map()
+        node.set(values[i]!, next)
+      }
+      node = next
+    }
+    let found = node.get(values[last]!) as S | undefined
+    if (found === undefined) {
+      found = this.create(Object.fromEntries(this.labelNames.map((name, i) => [name, values[i]!])) as Labels<Name>)
+      node.set(values[last]!, found)
+      this.series.push(found)
     }
     return found
   }
 
   reset(): void {
-    this.series.clear()
+    this.series = []
+    this.index = new Map()
   }
 
   abstract get(): { name: string; help: string; type: string; aggregator: string; values: MetricValue[] }
@@ -57,13 +78,17 @@ export class PlainCounter<Name extends string> extends PlainMetric<Name, Counter
 
   /** The series of these label values (in `labelNames` order), to increment: `counter.labels(…).value++`. */
   labels(...values: string[]): CounterSeries<Name> {
-    return this.child(values, (labels) => ({ labels, value: 0 }))
+    return this.child(values)
+  }
+
+  protected create(labels: Labels<Name>): CounterSeries<Name> {
+    return { labels, value: 0 }
   }
 
   get() {
     return {
       name: this.name, help: this.help, type: this.type, aggregator: this.aggregator,
-      values: [...this.series.values()].map(({ labels, value }) => ({ labels, value })),
+      values: this.series.map(({ labels, value }) => ({ labels, value })),
     }
   }
 }
@@ -84,7 +109,7 @@ export class PlainHistogram<Name extends string> extends PlainMetric<Name, Histo
 
   /** Counts `value` in the series of these label values (in `labelNames` order). */
   observe(value: number, ...values: string[]): void {
-    const series = this.child(values, (labels) => ({ labels, counts: new Array<number>(this.buckets.length + 1).fill(0), sum: 0, count: 0 }))
+    const series = this.child(values)
     const { buckets } = this
     let i = 0
     while (i < buckets.length && value > buckets[i]!) i++
@@ -93,9 +118,13 @@ export class PlainHistogram<Name extends string> extends PlainMetric<Name, Histo
     series.count++
   }
 
+  protected create(labels: Labels<Name>): HistogramSeries<Name> {
+    return { labels, counts: new Array<number>(this.buckets.length + 1).fill(0), sum: 0, count: 0 }
+  }
+
   get() {
     const values: MetricValue[] = []
-    for (const { labels, counts, sum, count } of this.series.values()) {
+    for (const { labels, counts, sum, count } of this.series) {
       let cumulative = 0
       this.buckets.forEach((le, i) => {
         cumulative += counts[i]!

@@ -16,7 +16,7 @@ import {
 import type { Decision } from '../metrics/metrics.js'
 import { renderError, renderErrorOnSocket } from '../errors/render.js'
 import { echoRequest } from '../forward/echo.js'
-import { BodyLimit, ClientGone, forwardRequest, upstreamFailure } from '../forward/proxy.js'
+import { BodyLimit, ClientGone, forwardRequest, upstreamFailure, type ForwardHandler, type Upstream } from '../forward/proxy.js'
 import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
 import type { CompiledRule } from '../rules/compile.js'
 import { allowedMethods, matchRule } from '../rules/match.js'
@@ -35,6 +35,8 @@ interface Outcome {
   detail?: string | undefined
   /** Our own failure (500s): logged with its stack. */
   cause?: unknown
+  /** The upstream request in flight, told when the client goes away. */
+  forwarding?: ForwardHandler | undefined
 }
 
 /** Levels at which the one-line-per-request log is written (`info` and chattier). */
@@ -137,6 +139,15 @@ async function requestBody(req: IncomingMessage, rule: CompiledRule, principal: 
   return limitedStream(req, rule.maxBodySize)
 }
 
+/** Why a forwarded request ended without its response relayed, as the error the client (or the log) gets. */
+function forwardingFailure(error: Error, req: IncomingMessage, upstream: Upstream): GatewayError {
+  // The client went away (mid-body, or before the answer was relayed): the upstream request was aborted
+  // for it, not failed by the upstream.
+  if (req.destroyed && !req.complete) return new MalformedRequest('the request body ended early', { detail: 'client_aborted', cause: error })
+  if (error instanceof ClientGone) return new MalformedRequest('the client went away before the response was complete', { detail: 'client_aborted', cause: error })
+  return upstreamFailure(error, upstream.name)
+}
+
 export class GatewayPipeline {
   private readonly upgraded = new Set<Duplex>()
 
@@ -162,11 +173,17 @@ export class GatewayPipeline {
     const started = performance.now()
     const outcome: Outcome = { route: '', decision: 'forwarded', error: '' }
     rt.inflight++
-    res.once('close', () => {
+    // 'close' comes once, when the response has ended or the connection went away ('on': no once-wrapper).
+    res.on('close', () => {
+      outcome.forwarding?.clientClosed()
       if (--rt.inflight === 0) rt.onIdle?.()
       this.record(rt, req, res, outcome, (performance.now() - started) / 1000)
     })
-    this.serve(rt, req, res, outcome).catch((error: unknown) => this.fail(rt, req, res, error, outcome))
+    try {
+      this.serve(rt, req, res, outcome)?.catch((error: unknown) => this.fail(rt, req, res, error, outcome))
+    } catch (error) {
+      this.fail(rt, req, res, error, outcome)
+    }
   }
 
   /** One log line and the metrics of a finished request. */
@@ -191,30 +208,41 @@ export class GatewayPipeline {
     else rt.log.error({ ...entry, err: outcome.cause }, 'request failed')
   }
 
-  private async serve(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome): Promise<void> {
+  /**
+   * Match, authenticate, authorize, forward. Synchronous up to the upstream request when the token was a
+   * verified-JWT cache hit and there is no body (the hot path: no promise at all); a promise otherwise.
+   * Throws or rejects with the error to answer.
+   */
+  private serve(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome): Promise<void> | undefined {
     const { path, query } = splitRequestTarget(req.url ?? '')
     const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)
     outcome.route = rule.id
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
     if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
     const found = authenticate(rt, req, rule, query)
+    if (found instanceof Promise || hasBody(req)) return this.serveLater(rt, req, res, outcome, rule, path, query, found)
+    return this.forward(rt, req, res, outcome, rule, path, query, found, null)
+  }
+
+  /** The rest of `serve` once the token has been validated and the body sized up. */
+  private async serveLater(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
+    path: string, query: string, found: Principal | undefined | Promise<Principal>): Promise<void> {
     const principal = found instanceof Promise ? await found : found
     const body = hasBody(req) ? await requestBody(req, rule, principal) : null
+    return this.forward(rt, req, res, outcome, rule, path, query, principal, body)
+  }
+
+  private forward(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
+    path: string, query: string, principal: Principal | undefined, body: Readable | Buffer | null): Promise<void> | undefined {
     const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (upstream.echo) return echoRequest(req, res, path, query, headers, body)
     const sent = performance.now()
-    try {
-      await forwardRequest(upstream, req, res, headers, body)
-      rt.metrics.observeUpstream(upstream.name, 'response', (performance.now() - sent) / 1000)
-    } catch (error) {
-      rt.metrics.observeUpstream(upstream.name, 'failure', (performance.now() - sent) / 1000)
-      // The client went away (mid-body, or before the answer was relayed): the upstream request was aborted
-      // for it, not failed by the upstream.
-      if (req.destroyed && !req.complete) throw new MalformedRequest('the request body ended early', { detail: 'client_aborted', cause: error })
-      if (error instanceof ClientGone) throw new MalformedRequest('the client went away before the response was complete', { detail: 'client_aborted', cause: error })
-      throw upstreamFailure(error, upstream.name)
-    }
+    outcome.forwarding = forwardRequest(upstream, req, res, headers, body, (error) => {
+      rt.metrics.observeUpstream(upstream.name, error ? 'failure' : 'response', (performance.now() - sent) / 1000)
+      if (error) this.fail(rt, req, res, forwardingFailure(error, req, upstream), outcome)
+    })
+    return undefined
   }
 
   private fail(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, error: unknown, outcome: Outcome): void {
