@@ -59,6 +59,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   private abort: ((error: Error) => void) | undefined
   private resume: (() => void) | undefined
   private settled = false
+  private finished = false
   private clientGone: boolean
 
   constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void) {
@@ -99,13 +100,20 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   onComplete(): void {
     this.settled = true
     this.res.end()
-    this.done()
+    this.finish()
   }
 
   onError(error: Error): void {
     this.settled = true
     // Out of undici's call stack: the caller answers the client, which must not run inside the pool's loop.
-    queueMicrotask(() => this.done(error))
+    queueMicrotask(() => this.finish(error))
+  }
+
+  /** `done`, once: should it throw in onComplete, undici would report that as an error of this request too. */
+  private finish(error?: Error): void {
+    if (this.finished) return
+    this.finished = true
+    this.done(error)
   }
 }
 

@@ -237,6 +237,9 @@ export class GatewayPipeline {
     const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (upstream.echo) return echoRequest(req, res, path, query, headers, body)
+    // Gone while its token was validated or its body read: nothing to send, and no upstream connection to
+    // spend (undici's abort would close the one it had picked).
+    if (res.destroyed) throw forwardingFailure(new ClientGone(), req, upstream)
     const sent = performance.now()
     outcome.forwarding = forwardRequest(upstream, req, res, headers, body, (error) => {
       rt.metrics.observeUpstream(upstream.name, error ? 'failure' : 'response', (performance.now() - sent) / 1000)

@@ -24,6 +24,8 @@ export interface RecordingUpstream {
   incomplete: Array<{ method: string; url: string; bodyBytes: number }>
   /** Request body bytes received so far, over all requests (also while a body is still arriving). */
   readonly bodyBytesReceived: number
+  /** TCP connections accepted so far (TLS ones included). */
+  readonly connections: number
   /** Max resident heap growth seen while a body streamed in (bytes), for streaming assertions. */
   close(): Promise<void>
 }
@@ -76,6 +78,8 @@ export async function startRecordingUpstream(options: UpstreamOptions = {}): Pro
       ws.on('message', (data) => ws.send(`echo:${data.toString()}`))
     })
   })
+  let connections = 0
+  server.on(options.tls ? 'secureConnection' : 'connection', () => { connections++ })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const { port } = server.address() as AddressInfo
   return {
@@ -85,6 +89,7 @@ export async function startRecordingUpstream(options: UpstreamOptions = {}): Pro
     upgrades,
     incomplete,
     get bodyBytesReceived() { return bodyBytesReceived },
+    get connections() { return connections },
     close: async () => {
       for (const client of wss.clients) client.terminate()
       wss.close()
