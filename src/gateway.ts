@@ -7,9 +7,10 @@ import http from 'node:http'
 import https from 'node:https'
 import type { Socket } from 'node:net'
 import Fastify, { LogController, type FastifyInstance, type FastifyRequest } from 'fastify'
+import pino from 'pino'
 import { createAuditLog, type AuditLog } from './audit/audit.js'
 import type { GatewayConfig } from './config/schema.js'
-import { parseSize } from './config/units.js'
+import { parseDuration, parseSize } from './config/units.js'
 import { configWarnings } from './config/lint.js'
 import type { InvalidationSelector, RevocationCheck } from './authn/authenticator.js'
 import type { KeySetStats } from './authn/jwks.js'
@@ -69,7 +70,32 @@ const RESTART_ONLY: ReadonlyArray<[string, (config: GatewayConfig) => unknown]> 
   ['admin', (config) => config.admin],
   ['authorization_server', (config) => config.authorization_server],
   ['audit', (config) => config.audit],
+  ['log.buffer', (config) => config.log?.buffer],
+  ['log.flush_interval', (config) => config.log?.flush_interval],
 ]
+
+/**
+ * `log.buffer`: stdout lines are held back until `buffer` bytes have gathered or `flush_interval` (default
+ * 1s) has passed, then written at once: one write per batch instead of one per request line. Flushed when
+ * the gateway closes and when the process exits; a crash that kills the process outright loses what is held.
+ */
+function bufferedStdout(log: GatewayConfig['log']): { stream: pino.DestinationStream; flush(): void } | undefined {
+  const size = log?.buffer === undefined ? 0 : parseSize(log.buffer)
+  if (size === 0) return undefined
+  const destination = pino.destination({
+    // maxWrite just over the buffer: the pending text pino's destination measures per line stays this small.
+    dest: 1, sync: true, minLength: size, maxWrite: size + 1024, periodicFlush: parseDuration(log?.flush_interval ?? '1s'),
+  })
+  const flush = () => {
+    try {
+      destination.flushSync()
+    } catch {
+      // stdout is gone (a closed pipe): there is nowhere left to write to.
+    }
+  }
+  process.once('exit', flush)
+  return { stream: destination, flush }
+}
 
 const CREDENTIAL_HEADERS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie']
 /** Form and query parameters that are credentials (`code` only inside a request's parts: `err.code` is an errno). */
@@ -143,12 +169,14 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   // Paths fastify serves on the public listener (the embedded authorization server mounts here).
   const fastifyPaths = new Set<string>()
 
+  const buffered = options.logStream ? undefined : bufferedStdout(config.log)
+  const logOutput = options.logStream ?? buffered?.stream
   const app = Fastify({
     logger: {
       level: config.log?.level ?? 'info',
       redact: REDACTED_PATHS,
       serializers: { req: serializeRequest },
-      ...(options.logStream && { stream: options.logStream }),
+      ...(logOutput && { stream: logOutput }),
     },
     logController: new RedactingLogController(),
     serverFactory: (fastifyHandler) => {
@@ -235,6 +263,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   app.addHook('onClose', async () => {
     await Promise.all([closeRuntime(pipeline!.runtime), authServer?.close()])
     await audit.close()
+    buffered?.flush()
   })
   return app
 }

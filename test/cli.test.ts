@@ -276,8 +276,8 @@ describe('PORTCULLIS_CONFIG', () => {
   })
 })
 
-describe('portcullis start: exit statuses', () => {
-  const config = (port: number, adminPort: number) => `server:
+/** A config serving the built-in echo API with no auth on `port`, the admin listener on `adminPort`. */
+const serving = (port: number, adminPort: number, log = 'log:\n  level: warn\n') => `server:
   listen: "127.0.0.1:${port}"
 admin:
   listen: "127.0.0.1:${adminPort}"
@@ -289,9 +289,10 @@ routes:
     path: "/**"
     upstream: echo
     auth: none
-log:
-  level: warn
-`
+${log}`
+
+describe('portcullis start: exit statuses', () => {
+  const config = (port: number, adminPort: number) => serving(port, adminPort)
 
   it('exits 1 with one line per problem for an invalid config', async () => {
     const file = writeTemp('bad-start.yaml', 'upstreams: {}\nroutes: []\nserver:\n  listen: nowhere\n')
@@ -323,6 +324,50 @@ log:
     running.child.kill('SIGTERM')
     expect(await running.exited).toEqual({ code: 0, signal: null })
     expect(running.output().stderr).toBe('')
+  })
+})
+
+describe('portcullis start: a buffered request log (log.buffer)', () => {
+  const config = (port: number, adminPort: number, buffer: string, flushInterval: string) =>
+    serving(port, adminPort, `log:\n  level: info\n  buffer: ${buffer}\n  flush_interval: ${flushInterval}\n`)
+
+  /** `portcullis start` on free ports, its public URL once /healthz answers. */
+  async function start(onTestFinished: (fn: () => void) => void, buffer: string, flushInterval: string) {
+    const port = await closedPort()
+    const adminPort = await closedPort()
+    const file = writeTemp('buffered.yaml', config(port, adminPort, buffer, flushInterval))
+    const running = spawnProcess(process.execPath, [CLI, 'start', '--config', file], { env: { PATH: process.env.PATH } })
+    onTestFinished(() => running.kill())
+    await waitFor('/healthz', async () => (await fetch(`http://127.0.0.1:${adminPort}/healthz`)).status === 200)
+    return { running, url: `http://127.0.0.1:${port}` }
+  }
+
+  const requestLine = (stdout: string, path: string) => stdout.split('\n').find((line) => line.includes(`"path":"${path}"`))
+
+  it('holds request lines back while the buffer has room and flush_interval has not passed, and writes them all on SIGTERM', async ({ onTestFinished }) => {
+    const { running, url } = await start(onTestFinished, '8kb', '1m')
+    for (const path of ['/one', '/two', '/three']) expect((await fetch(`${url}${path}`)).status).toBe(200)
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(requestLine(running.output().stdout, '/one')).toBeUndefined()
+    running.child.kill('SIGTERM')
+    expect(await running.exited).toEqual({ code: 0, signal: null })
+    for (const path of ['/one', '/two', '/three']) {
+      expect(JSON.parse(requestLine(running.output().stdout, path)!)).toMatchObject({ msg: 'request', path, status: 200 })
+    }
+  })
+
+  it('writes what it holds every flush_interval, without waiting for the buffer to fill', async ({ onTestFinished }) => {
+    const { running, url } = await start(onTestFinished, '8kb', '100ms')
+    expect((await fetch(`${url}/flushed`)).status).toBe(200)
+    await waitFor('the request line', async () => requestLine(running.output().stdout, '/flushed') !== undefined, 3000)
+    expect(running.child.exitCode).toBeNull()
+  })
+
+  it('writes the lines as soon as they fill the buffer', async ({ onTestFinished }) => {
+    const { running, url } = await start(onTestFinished, '1kb', '1m')
+    for (let i = 0; i < 20; i++) expect((await fetch(`${url}/fill/${i}`)).status).toBe(200)
+    // 20 lines are several KiB: the buffer has been written out at least once, long before a minute.
+    await waitFor('a request line', async () => requestLine(running.output().stdout, '/fill/0') !== undefined, 3000)
   })
 })
 

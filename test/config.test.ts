@@ -195,6 +195,15 @@ routes: []
     ])
   })
 
+  it('takes a log buffer up to 64kb and a flush interval from 10ms to 1m, and reports values outside them', () => {
+    expect(loadConfig(FILE, MINIMAL + 'log:\n  buffer: 64kb\n  flush_interval: 10ms\n', {}).log).toEqual({ buffer: '64kb', flush_interval: '10ms' })
+    expect(issuesOf(MINIMAL + 'log:\n  buffer: 65kb\n  flush_interval: 5ms\n')).toEqual([
+      { line: 9, col: 11, path: 'log.buffer', message: 'must be at most 64kb' },
+      { line: 10, col: 19, path: 'log.flush_interval', message: 'must be between 10ms and 1m' },
+    ])
+    expect(issuesOf(MINIMAL + 'log:\n  buffer: lots\n').map((issue) => issue.path)).toEqual(['log.buffer'])
+  })
+
   it('reports every problem in one file, in file order', () => {
     const text = yaml(`
 upstreams:

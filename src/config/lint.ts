@@ -4,7 +4,13 @@ import { fileURLToPath } from 'node:url'
 import type { GatewayConfig } from './schema.js'
 import { compileRules, type RuleProblem } from '../rules/compile.js'
 import { lintAuthorizationServer } from './lint-authserver.js'
-import { parseDuration } from './units.js'
+import { parseDuration, parseSize } from './units.js'
+
+/**
+ * `log.buffer`: pino's destination measures the whole pending text on every line it adds, so past a few
+ * KiB a bigger buffer costs more per line than the writes it saves (docs/configuration.md, `log`).
+ */
+const MAX_LOG_BUFFER = 64 * 1024
 
 export interface LintProblem extends RuleProblem {
   atKey?: boolean
@@ -86,6 +92,12 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
       if (!file || !readable(file)) problems.push({ path: [...at, 'jwks_uri'], message: `cannot read ${issuer.jwks_uri}` })
     }
   })
+  const logBuffer = config.log?.buffer
+  if (logBuffer !== undefined && parseSize(logBuffer) > MAX_LOG_BUFFER) problems.push({ path: ['log', 'buffer'], message: 'must be at most 64kb' })
+  const flushInterval = config.log?.flush_interval
+  if (flushInterval !== undefined && (parseDuration(flushInterval) < 10 || parseDuration(flushInterval) > 60_000)) {
+    problems.push({ path: ['log', 'flush_interval'], message: 'must be between 10ms and 1m' })
+  }
   problems.push(...lintAuthorizationServer(config))
   return problems
 }

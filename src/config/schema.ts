@@ -186,7 +186,11 @@ const Audit = Strict({
   output: Type.Optional(Type.Union([NonEmpty, Type.Array(NonEmpty, { minItems: 1, maxItems: 2 })])),
 })
 
-const Log = Strict({ level: Type.Optional(StringEnum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const)) })
+const Log = Strict({
+  level: Type.Optional(StringEnum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const)),
+  buffer: Type.Optional(Size),
+  flush_interval: Type.Optional(Duration),
+})
 
 export const GatewayConfigSchema = Strict({
   server: Type.Optional(Server),
