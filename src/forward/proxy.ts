@@ -58,25 +58,20 @@ export class ClientGone extends Error {
 export class ForwardHandler implements Dispatcher.DispatchHandler {
   private abort: ((error: Error) => void) | undefined
   private resume: (() => void) | undefined
+  /** onComplete or onError has come: `done` is called (or queued) and nothing is aborted any more. */
   private settled = false
-  private finished = false
-  private clientGone: boolean
 
-  constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void) {
-    // The client may have left while the request was authenticated or its body read: its 'close' has been
-    // emitted already, and a response written to it would wait for a 'drain' that never comes.
-    this.clientGone = res.destroyed
-  }
+  constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void) {}
 
   /** The client's response closed: the upstream request is aborted unless it has already ended. */
   clientClosed(): void {
-    if (this.settled) return
-    this.clientGone = true
-    this.abort?.(new ClientGone())
+    if (!this.settled) this.abort?.(new ClientGone())
   }
 
   onConnect(abort: (error?: Error) => void): void {
-    if (this.clientGone) abort(new ClientGone())
+    // The client may have left while the request waited (its token validated, its body read, a connection
+    // free): 'close' came before there was anything to abort, and nothing must be written to it now.
+    if (this.res.destroyed) abort(new ClientGone())
     else this.abort = abort
   }
 
@@ -89,6 +84,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
 
   onData(chunk: Buffer): boolean {
     if (this.res.write(chunk)) return true
+    // A destroyed response never drains: abort instead of waiting for it.
     if (this.res.destroyed) {
       this.abort?.(new ClientGone())
       return false
@@ -100,20 +96,15 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   onComplete(): void {
     this.settled = true
     this.res.end()
-    this.finish()
+    this.done()
   }
 
   onError(error: Error): void {
+    // Settled already: `done` threw inside onComplete, and undici reports that as this request's error too.
+    if (this.settled) return
     this.settled = true
     // Out of undici's call stack: the caller answers the client, which must not run inside the pool's loop.
-    queueMicrotask(() => this.finish(error))
-  }
-
-  /** `done`, once: should it throw in onComplete, undici would report that as an error of this request too. */
-  private finish(error?: Error): void {
-    if (this.finished) return
-    this.finished = true
-    this.done(error)
+    queueMicrotask(() => this.done(error))
   }
 }
 
