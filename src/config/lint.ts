@@ -94,10 +94,8 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
   })
   const logBuffer = config.log?.buffer
   if (logBuffer !== undefined && parseSize(logBuffer) > MAX_LOG_BUFFER) problems.push({ path: ['log', 'buffer'], message: 'must be at most 64kb' })
-  const flushInterval = config.log?.flush_interval
-  if (flushInterval !== undefined && (parseDuration(flushInterval) < 10 || parseDuration(flushInterval) > 60_000)) {
-    problems.push({ path: ['log', 'flush_interval'], message: 'must be between 10ms and 1m' })
-  }
+  const flushMs = config.log?.flush_interval === undefined ? undefined : parseDuration(config.log.flush_interval)
+  if (flushMs !== undefined && (flushMs < 10 || flushMs > 60_000)) problems.push({ path: ['log', 'flush_interval'], message: 'must be between 10ms and 1m' })
   problems.push(...lintAuthorizationServer(config))
   return problems
 }
