@@ -10,17 +10,18 @@ import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
 import type { Principal } from '../authn/principal.js'
 import { requireScopes } from '../authz/scopes.js'
 import {
-  BadGateway, GatewayError, GatewayTimeout, InvalidRequest, MalformedRequest, MethodNotAllowed, MissingToken,
+  BadGateway, GatewayError, GatewayTimeout, MalformedRequest, MethodNotAllowed, MissingToken,
   NoMatchingRoute, RequestTooLarge, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
 import type { Decision } from '../metrics/metrics.js'
 import { renderError, renderErrorOnSocket } from '../errors/render.js'
 import { echoRequest } from '../forward/echo.js'
-import { BodyLimit, ClientGone, forwardRequest, upstreamFailure, type ForwardHandler, type Upstream } from '../forward/proxy.js'
+import { ClientGone, forwardRequest, upstreamFailure, type ForwardHandler, type Upstream } from '../forward/proxy.js'
 import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
 import type { CompiledRule } from '../rules/compile.js'
 import { allowedMethods, matchRule } from '../rules/match.js'
 import { splitRequestTarget } from '../rules/normalize.js'
+import { hasBody, requestBody } from './request-body.js'
 import { retireWhenIdle, type GatewayRuntime } from './runtime.js'
 
 export type { GatewayRuntime } from './runtime.js'
@@ -53,8 +54,6 @@ function decisionOf(failure: GatewayError): Decision {
   return 'rejected'
 }
 
-const FORM_CONTENT_TYPE = /^application\/x-www-form-urlencoded\s*(;|$)/i
-
 function matchOrThrow(rules: readonly CompiledRule[], method: string, path: string): CompiledRule {
   const rule = matchRule(rules, method, path)
   if (rule) return rule
@@ -79,64 +78,6 @@ function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRu
   if (found instanceof Promise) return found.then((principal) => { requireScopes(principal, rule); return principal })
   requireScopes(found, rule)
   return found
-}
-
-function hasBody(req: IncomingMessage): boolean {
-  const length = req.headers['content-length']
-  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
-}
-
-// Past a limit we stop reading but never destroy the client's request: that would reset the connection
-// before the 413 goes out. The server closes the connection once the response is written.
-
-/** A form body, buffered up to `limit` bytes (it is small, and must be searched for a second token). */
-function readLimited(req: IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = []
-    let size = 0
-    const settle = (error?: Error) => {
-      req.off('data', onData).off('end', onEnd).off('error', settle).off('close', onClose)
-      if (!error) return resolve(Buffer.concat(chunks))
-      req.pause()
-      reject(error)
-    }
-    const onData = (chunk: Buffer) => {
-      size += chunk.length
-      if (size > limit) settle(new RequestTooLarge(limit))
-      else chunks.push(chunk)
-    }
-    const onEnd = () => settle()
-    const onClose = () => settle(new MalformedRequest('the request body ended early'))
-    req.on('data', onData).on('end', onEnd).on('error', settle).on('close', onClose)
-  })
-}
-
-/** A chunked body, counted as it streams to the upstream; past the limit it fails with RequestTooLarge. */
-function limitedStream(req: IncomingMessage, limit: number): BodyLimit {
-  const limiter = new BodyLimit(limit)
-  limiter.on('error', () => { req.unpipe(limiter); req.pause() })
-  // A client gone mid-body must abort the upstream request, which would otherwise wait for the rest.
-  req.on('close', () => { if (!req.complete) limiter.destroy(new MalformedRequest('the request body ended early')) })
-  return req.pipe(limiter)
-}
-
-/** The request body as the upstream gets it: streamed, size-checked, or buffered for form bodies. */
-async function requestBody(req: IncomingMessage, rule: CompiledRule, principal: Principal | undefined): Promise<Readable | Buffer | null> {
-  if (!hasBody(req)) return null
-  const length = req.headers['content-length']
-  if (length !== undefined && !(Number(length) <= rule.maxBodySize)) throw new RequestTooLarge(rule.maxBodySize)
-  // RFC 6750 §2.2 and §3.1: a form body may carry access_token too; when a header token was accepted, read
-  // the form (bounded) to refuse the second token. Only after authentication, so that anonymous clients
-  // cannot make the gateway buffer bodies.
-  if (principal !== undefined && FORM_CONTENT_TYPE.test(req.headers['content-type'] ?? '')) {
-    const body = await readLimited(req, rule.maxBodySize)
-    if (new URLSearchParams(body.toString('latin1')).has('access_token')) {
-      throw new InvalidRequest('access tokens in the request body are not accepted; use the Authorization header')
-    }
-    return body
-  }
-  if (length !== undefined) return req  // Node's parser enforces the declared length
-  return limitedStream(req, rule.maxBodySize)
 }
 
 /** Why a forwarded request ended without its response relayed, as the error the client (or the log) gets. */
