@@ -196,3 +196,47 @@ describe('websocket: refused before the upstream', () => {
     expect(res.body).toMatchObject({ error: 'bad_gateway' })
   })
 })
+
+describe('websocket: an upgrade is a GET over HTTP/1.1 (issue 15, item 1)', () => {
+  const upgradeHead = 'Host: gw\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n' +
+    'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n'
+  const corsAndScoped = [
+    { id: 'preflight', path: '/**', methods: ['OPTIONS'], upstream: 'main', auth: 'none' },
+    { id: 'ws', path: '/ws/**', methods: ['GET'], upstream: 'main', scopes: { all: ['ws'] } },
+    { id: 'hook', path: '/hook/**', methods: ['POST'], upstream: 'main', auth: 'none' },
+  ]
+
+  it('refuses an OPTIONS upgrade on an anonymous route with 400: the upstream never sees the scoped GET', async ({ onTestFinished }) => {
+    const { upstream, gateway } = await setup(onTestFinished, corsAndScoped)
+    const res = await rawRequest(gateway.port, `OPTIONS /ws/chat HTTP/1.1\r\n${upgradeHead}\r\n`)
+    expect(res.status).toBe(400)
+    expect(JSON.parse(res.body)).toMatchObject({ error: 'invalid_request' })
+    expect(upstream.upgrades).toHaveLength(0)
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('refuses a POST upgrade on an anonymous POST route with 400', async ({ onTestFinished }) => {
+    const { upstream, gateway } = await setup(onTestFinished, corsAndScoped)
+    const res = await rawRequest(gateway.port, `POST /hook/x HTTP/1.1\r\n${upgradeHead}Content-Length: 0\r\n\r\n`)
+    expect(res.status).toBe(400)
+    expect(upstream.upgrades).toHaveLength(0)
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('refuses an upgrade over HTTP/1.0 with 400, even with a valid token', async ({ onTestFinished }) => {
+    const { upstream, gateway, issuer } = await setup(onTestFinished, corsAndScoped)
+    const token = await issuer.sign({ scope: 'ws' })
+    const res = await rawRequest(gateway.port, `GET /ws/chat HTTP/1.0\r\n${upgradeHead}Authorization: Bearer ${token}\r\n\r\n`)
+    expect(res.status).toBe(400)
+    expect(upstream.upgrades).toHaveLength(0)
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('still forwards a GET upgrade with the scope the route needs', async ({ onTestFinished }) => {
+    const { upstream, issuer, wsUrl } = await setup(onTestFinished, corsAndScoped)
+    const { ws, hello } = await connect(wsUrl('/ws/chat'), { authorization: `Bearer ${await issuer.sign({ scope: 'ws' })}` })
+    onTestFinished(() => { ws.terminate() })
+    expect(hello).toEqual({ hello: true, subject: 'user-1' })
+    expect(upstream.upgrades).toHaveLength(1)
+  })
+})

@@ -218,8 +218,12 @@ export class GatewayPipeline {
 
   private async upgrade(rt: GatewayRuntime, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new MalformedRequest('only WebSocket upgrades are forwarded')
+    // RFC 6455 §4.1: the opening handshake is a GET over HTTP/1.1 or later. Forwarded as anything else, an
+    // OPTIONS or POST upgrade would match that method's (perhaps anonymous) route and reach the GET one's.
+    if (req.method !== 'GET') throw new MalformedRequest('a WebSocket upgrade must be a GET request')
+    if (req.httpVersionMajor === 1 && req.httpVersionMinor === 0) throw new MalformedRequest('a WebSocket upgrade needs HTTP/1.1')
     const { path, query } = splitRequestTarget(req.url ?? '')
-    const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)
+    const rule = matchOrThrow(rt.rules, 'GET', path)
     const principal = await authenticate(rt, req, rule, query)
     const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
     const upstream = rt.upstreams.get(rule.upstream)!
