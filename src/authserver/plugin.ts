@@ -30,7 +30,7 @@ import { RevocationList } from './revocations.js'
 import { resolveSettings } from './settings.js'
 import { openStore } from './store.js'
 import { createThrottle, INTERACTION_LIMITS, redisLimiter, USER_CODE_LIMITS, type ThrottleEngaged } from './throttle.js'
-import { cookieOptions } from './browser/session.js'
+import { cookieOptions, CSRF_COOKIE } from './browser/session.js'
 import { registerAuthorize } from './endpoints/authorize.js'
 import { registerConsent } from './endpoints/consent.js'
 import { registerDevicePage } from './endpoints/device.js'
@@ -151,7 +151,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     await scope.register(cookie)
     // every page form carries a token made from a per-browser secret kept in an HttpOnly cookie.
     await scope.register(csrf, {
-      cookieKey: 'portcullis_csrf',
+      cookieKey: CSRF_COOKIE,
       cookieOpts: cookieOptions(ctx),
       getToken: (request) => (request.body as Record<string, unknown> | undefined)?._csrf as string | undefined,
     })

@@ -111,6 +111,7 @@ const Forward = Strict({
   })),
   strip_authorization: Type.Optional(Type.Boolean()),
   trust_forwarded_headers: Type.Optional(Type.Boolean()),
+  strip_headers: Type.Optional(Type.Array(HeaderName)),
 })
 
 /** Grant types the embedded server implements (the device URN and authorization_code arrive with the browser flows). */
@@ -121,7 +122,8 @@ export const CLIENT_AUTH_METHODS = ['client_secret_basic', 'client_secret_post',
 const ScopeToken = Type.String({ pattern: '^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$', 'x-message': 'must be a scope-token (RFC 6749 §3.3: printable ASCII, no space, " or \\)' })
 
 const Client = Strict({
-  client_id: Type.String({ pattern: '^[\\x21-\\x7e]{1,255}$', 'x-message': 'must be 1-255 printable ASCII characters' }),
+  // Copied into identity headers: no `,` or `"` (docs/configuration.md, identity header values).
+  client_id: Type.String({ pattern: '^[\\x21\\x23-\\x2b\\x2d-\\x7e]{1,255}$', 'x-message': 'must be 1-255 printable ASCII characters other than , and "' }),
   client_secret: Type.Optional(Type.String({ minLength: 16, 'x-message': 'must be at least 16 characters' })),
   client_secret_hash: Type.Optional(Type.String({ pattern: '^scrypt\\$', 'x-message': 'must be the output of `portcullis hash-secret`' })),
   token_endpoint_auth_method: Type.Optional(StringEnum(CLIENT_AUTH_METHODS)),
@@ -137,7 +139,8 @@ const Client = Strict({
 })
 
 const User = Strict({
-  username: Type.String({ pattern: '^[\\x21-\\x7e]{1,255}$', 'x-message': 'must be 1-255 printable ASCII characters' }),
+  // Copied into identity headers: no `,` or `"` (docs/configuration.md, identity header values).
+  username: Type.String({ pattern: '^[\\x21\\x23-\\x2b\\x2d-\\x7e]{1,255}$', 'x-message': 'must be 1-255 printable ASCII characters other than , and "' }),
   sub: Type.Optional(Type.String({ pattern: '^[\\x21-\\x7e]{1,255}$', 'x-message': 'must be 1-255 printable ASCII characters' })),
   password: Type.Optional(NonEmpty),
   password_hash: Type.Optional(Type.String({ pattern: '^scrypt\\$', 'x-message': 'must be the output of `portcullis hash-secret`' })),

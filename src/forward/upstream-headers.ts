@@ -1,17 +1,32 @@
 /**
- * The headers the upstream receives: the client's, minus hop-by-hop headers (RFC 9110 §7.6.1) and minus
- * every identity header the client may have spoofed (on every route, `auth: none` included), then ours.
+ * The headers the upstream receives: the client's, minus hop-by-hop headers (RFC 9110 §7.6.1), minus every
+ * identity header the client may have spoofed (on every route, `auth: none` included), minus forwarding and
+ * method or URL override headers, minus the gateway's own cookies; then ours.
  */
 import type { IncomingMessage } from 'node:http'
 import type { ForwardConfig } from '../config/schema.js'
 import type { Principal } from '../authn/principal.js'
+import { GATEWAY_COOKIES } from '../authserver/browser/session.js'
 import { InvalidToken } from '../errors/oauth-errors.js'
 
 export type OutgoingHeaders = Record<string, string | string[]>
 
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade',
   'proxy-authorization', 'proxy-authenticate', 'expect', 'http2-settings', 'host']
-const FORWARDED = ['forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host']
+/** Where the request came from, as a trusted load balancer says: the gateway's own values unless trusted. */
+const FORWARDED = ['forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-forwarded-port', 'x-real-ip']
+/**
+ * Removed from every request, whatever `trust_forwarded_headers` says: other spellings of the client's address
+ * or the request's origin that frameworks read (and a client could choose), and method or URL overrides, by
+ * which an upstream that honours them (Symfony, Laravel, IIS URL Rewrite, Express method-override) would serve
+ * another method or path than the one the route's policy was checked for.
+ */
+export const STRIPPED_HEADERS = [
+  'x-forwarded-prefix', 'x-forwarded-server', 'x-forwarded-scheme', 'x-forwarded-ssl', 'x-forwarded-by', 'x-forwarded',
+  'forwarded-for', 'x-original-forwarded-for', 'x-client-ip', 'true-client-ip', 'x-cluster-client-ip', 'cf-connecting-ip',
+  'fastly-client-ip', 'x-original-host', 'x-host', 'x-original-url', 'x-rewrite-url', 'x-original-uri',
+  'x-http-method-override', 'x-http-method', 'x-method-override', 'x-original-method',
+] as const
 
 export const DEFAULT_IDENTITY_HEADERS = {
   subject: 'X-Auth-Subject',
@@ -34,7 +49,8 @@ export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: bool
   const names = { ...DEFAULT_IDENTITY_HEADERS, ...forward?.identity_headers }
   const identity = [names.subject, names.client_id, names.scopes, names.issuer].map((name) => name.toLowerCase())
   const trustForwarded = forward?.trust_forwarded_headers ?? false
-  const removed = new Set([...HOP_BY_HOP, ...identity, ...(trustForwarded ? [] : FORWARDED)])
+  const removed = new Set([...HOP_BY_HOP, ...identity, ...STRIPPED_HEADERS, ...(forward?.strip_headers ?? []).map((name) => name.toLowerCase()),
+    ...(trustForwarded ? [] : FORWARDED)])
   if (forward?.strip_authorization) removed.add('authorization')
   return {
     removed,
@@ -47,12 +63,33 @@ export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: bool
   }
 }
 
-// A claim copied into a header must stay one visible-ASCII line: anything else could split or smuggle headers.
-const HEADER_SAFE = /^[\x20-\x7e]*$/
+/**
+ * A claim copied into an identity header must read as one value to every parser: visible ASCII with inner
+ * spaces only, not empty, no space at either end (RFC 9110 §5.5 parsers trim it: `" admin "` would be `admin`),
+ * no `,` (a list separator: `alice, admin` is two values to many) and no `"` (a quoted string is its content
+ * to a structured-field parser). Anything else refuses the token rather than being copied or rewritten.
+ */
+const IDENTITY_VALUE = /^[\x21\x23-\x2b\x2d-\x7e](?:[\x20\x21\x23-\x2b\x2d-\x7e]*[\x21\x23-\x2b\x2d-\x7e])?$/
 
 function identityValue(value: string): string {
-  if (!HEADER_SAFE.test(value)) throw new InvalidToken('unrepresentable_claim')
+  if (!IDENTITY_VALUE.test(value)) throw new InvalidToken('unrepresentable_claim')
   return value
+}
+
+/** The scopes, space-separated; each one an identity value (no space inside, by the split). None: empty. */
+function scopesValue(scopes: readonly string[]): string {
+  const value = scopes.join(' ')
+  return value === '' ? value : identityValue(value)
+}
+
+/** The client's cookies without the gateway's own (the authorization server's session and CSRF secret). */
+function withoutGatewayCookies(cookie: string): string | undefined {
+  if (!cookie.includes('portcullis_')) return cookie
+  const kept = cookie.split(';').filter((pair) => {
+    const eq = pair.indexOf('=')
+    return !GATEWAY_COOKIES.has((eq === -1 ? pair : pair.slice(0, eq)).trim())
+  })
+  return kept.length === 0 ? undefined : kept.map((pair) => pair.trim()).join('; ')
 }
 
 export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal | undefined, policy: HeaderPolicy): OutgoingHeaders {
@@ -67,21 +104,32 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
     const value = incoming[name]
     if (value !== undefined) out[name] = value
   }
-  const remote = req.socket.remoteAddress ?? ''
+  const cookie = out.cookie
+  if (typeof cookie === 'string') {
+    const kept = withoutGatewayCookies(cookie)
+    if (kept === undefined) delete out.cookie
+    else out.cookie = kept
+  }
+  const socket = req.socket
+  const remote = socket.remoteAddress ?? ''
   if (policy.trustForwarded) {
     const prior = incoming['x-forwarded-for']
     out['x-forwarded-for'] = prior ? `${prior}, ${remote}` : remote
     out['x-forwarded-proto'] ??= policy.tls ? 'https' : 'http'
     if (incoming.host !== undefined) out['x-forwarded-host'] ??= incoming.host
+    out['x-forwarded-port'] ??= String(socket.localPort)
+    out['x-real-ip'] ??= remote
   } else {
     out['x-forwarded-for'] = remote
     out['x-forwarded-proto'] = policy.tls ? 'https' : 'http'
     if (incoming.host !== undefined) out['x-forwarded-host'] = incoming.host
+    out['x-forwarded-port'] = String(socket.localPort)
+    out['x-real-ip'] = remote
   }
   if (principal) {
     if (principal.subject !== undefined) out[policy.subject] = identityValue(principal.subject)
     if (principal.clientId !== undefined) out[policy.clientId] = identityValue(principal.clientId)
-    out[policy.scopes] = identityValue(principal.scopes.join(' '))
+    out[policy.scopes] = scopesValue(principal.scopes)
     out[policy.issuer] = identityValue(principal.issuer)
   }
   return out

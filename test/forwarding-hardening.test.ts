@@ -1,0 +1,123 @@
+/**
+ * Issue 15 (gateway hardening): what reached the upstream although it should not have, each refused or
+ * removed here, and every refusal proven not to have reached the upstream.
+ */
+import http from 'node:http'
+import { describe, expect, it, type TestContext } from 'vitest'
+import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
+import { startTestIssuer, type TestIssuer } from './support/issuer.js'
+import { startAuthServerGateway, startGateway, testConfig, type RunningGateway } from './support/gateway.js'
+
+type ConfigParts = Omit<Parameters<typeof testConfig>[0], 'upstream' | 'issuer'>
+
+interface Setup {
+  upstream: RecordingUpstream
+  issuer: TestIssuer
+  gateway: RunningGateway
+  bearer(claims?: Record<string, unknown>): Promise<string>
+}
+
+async function setup(onTestFinished: TestContext['onTestFinished'], parts: ConfigParts = {}): Promise<Setup> {
+  const [upstream, issuer] = await Promise.all([startRecordingUpstream(), startTestIssuer()])
+  const gateway = await startGateway(testConfig({ upstream: { url: upstream.url }, issuer, ...parts }))
+  onTestFinished(async () => { await gateway.close(); await Promise.all([upstream.close(), issuer.close()]) })
+  return { upstream, issuer, gateway, bearer: async (claims = {}) => `Bearer ${await issuer.sign({ scope: 'orders:read', ...claims })}` }
+}
+
+function send(url: string, options: { method?: string; headers?: http.OutgoingHttpHeaders; body?: string } = {}):
+  Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: options.method ?? 'GET', headers: options.headers, agent: false })
+    req.on('response', (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (chunk: Buffer) => chunks.push(chunk))
+      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))
+    })
+    req.on('error', reject)
+    req.end(options.body)
+  })
+}
+
+describe('the gateway\'s own cookies never reach an upstream (item 4)', () => {
+  it('removes portcullis_session and portcullis_csrf from a proxied request and keeps the other cookies', async ({ onTestFinished }) => {
+    const upstream = await startRecordingUpstream()
+    const gateway = await startAuthServerGateway({}, {
+      upstreams: { app: { url: upstream.url } },
+      routes: [{ id: 'public', path: '/public/**', upstream: 'app', auth: 'none' }],
+    })
+    onTestFinished(async () => { await gateway.close(); await upstream.close() })
+    const res = await send(`${gateway.url}/public/page`,
+      { headers: { cookie: 'theme=dark; portcullis_csrf=c5rf-secret; portcullis_session=s3ssion;app=1; portcullis_sessionx=kept' } })
+    expect(res.status).toBe(200)
+    expect(upstream.requests[0]!.headers.cookie).toBe('theme=dark; app=1; portcullis_sessionx=kept')
+    const only = await send(`${gateway.url}/public/page`, { headers: { cookie: 'portcullis_session=s3ssion; portcullis_csrf=x' } })
+    expect(only.status).toBe(200)
+    expect(upstream.requests[1]!.headers).not.toHaveProperty('cookie')
+    expect(JSON.stringify(upstream.requests)).not.toContain('s3ssion')
+  })
+})
+
+describe('identity header values read one way (item 8)', () => {
+  for (const [what, sub] of [
+    ['spaces around it', ' admin '], ['a comma (a list to many parsers)', 'alice, admin'], ['an empty string', ''],
+    ['a double quote', '"admin"'], ['a tab', 'alice\tadmin'], ['a trailing space', 'alice '],
+  ] as const) {
+    it(`refuses a token whose sub has ${what} with 401 invalid_token, nothing forwarded`, async ({ onTestFinished }) => {
+      const { upstream, gateway, bearer } = await setup(onTestFinished)
+      const res = await send(`${gateway.url}/orders`, { headers: { authorization: await bearer({ sub }) } })
+      expect(res.status).toBe(401)
+      expect(res.headers['www-authenticate']).toContain('error="invalid_token"')
+      expect(upstream.requests).toHaveLength(0)
+    })
+  }
+
+  it('refuses a scope with a comma and a client_id with spaces around it', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished)
+    for (const claims of [{ scope: 'orders:read a,admin' }, { client_id: ' trusted ' }]) {
+      const res = await send(`${gateway.url}/orders`, { headers: { authorization: await bearer(claims) } })
+      expect(res.status, JSON.stringify(claims)).toBe(401)
+    }
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('forwards a subject with inner spaces and punctuation unchanged, and no scopes as an empty header', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished)
+    const res = await send(`${gateway.url}/orders`, { headers: { authorization: await bearer({ sub: 'Alice Example <a@x.io>;1', scope: '' }) } })
+    expect(res.status).toBe(200)
+    expect(upstream.requests[0]!.headers['x-auth-subject']).toBe('Alice Example <a@x.io>;1')
+    expect(upstream.requests[0]!.headers['x-auth-scopes']).toBe('')
+  })
+})
+
+describe('forwarding and override headers (item 9)', () => {
+  const sent = {
+    'x-forwarded-port': '8443', 'x-forwarded-prefix': '/admin', 'x-forwarded-server': 'evil', 'x-real-ip': '203.0.113.9',
+    'x-client-ip': '203.0.113.9', 'true-client-ip': '203.0.113.9', 'x-original-url': '/admin/delete', 'x-rewrite-url': '/admin/delete',
+    'x-http-method-override': 'DELETE', 'x-method-override': 'DELETE', 'x-http-method': 'DELETE', 'x-custom-debug': 'on',
+  }
+
+  it('removes them and sets X-Forwarded-Port and X-Real-IP to what the gateway saw', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished, { forward: { strip_headers: ['X-Custom-Debug'] } })
+    const res = await send(`${gateway.url}/orders`, { headers: { authorization: await bearer(), ...sent, 'x-kept': 'yes' } })
+    expect(res.status).toBe(200)
+    const headers = upstream.requests[0]!.headers
+    expect(headers['x-forwarded-port']).toBe(String(gateway.port))
+    expect(headers['x-real-ip']).toBe('127.0.0.1')
+    for (const name of Object.keys(sent).filter((name) => name !== 'x-forwarded-port' && name !== 'x-real-ip')) {
+      expect(headers, name).not.toHaveProperty(name)
+    }
+    expect(headers['x-kept']).toBe('yes')
+    expect(upstream.requests[0]!.method).toBe('GET')
+  })
+
+  it('keeps a trusted load balancer\'s X-Forwarded-Port and X-Real-IP, and still removes the overrides', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished, { forward: { trust_forwarded_headers: true } })
+    const res = await send(`${gateway.url}/orders`, { headers: { authorization: await bearer(), ...sent } })
+    expect(res.status).toBe(200)
+    const headers = upstream.requests[0]!.headers
+    expect(headers).toMatchObject({ 'x-forwarded-port': '8443', 'x-real-ip': '203.0.113.9', 'x-custom-debug': 'on' })
+    for (const name of ['x-original-url', 'x-rewrite-url', 'x-http-method-override', 'x-method-override', 'x-http-method', 'true-client-ip']) {
+      expect(headers, name).not.toHaveProperty(name)
+    }
+  })
+})
