@@ -121,3 +121,39 @@ describe('forwarding and override headers (item 9)', () => {
     }
   })
 })
+
+describe('one token, one place (item 7; RFC 6750 §2, §3.1)', () => {
+  it('refuses a form access_token beside the header even when the content type is a list', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished)
+    for (const type of ['application/x-www-form-urlencoded , text/plain', 'text/plain, application/x-www-form-urlencoded', 'Application/X-WWW-Form-Urlencoded;charset=utf-8']) {
+      const res = await send(`${gateway.url}/orders`, {
+        method: 'POST', headers: { authorization: await bearer(), 'content-type': type }, body: 'a=1&access_token=other',
+      })
+      expect(res.status, type).toBe(400)
+      expect(res.headers['www-authenticate']).toContain('error="invalid_request"')
+    }
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('refuses a form access_token on an auth: optional route with no header instead of forwarding it as anonymous', async ({ onTestFinished }) => {
+    const { upstream, gateway } = await setup(onTestFinished, { routes: [{ id: 'opt', path: '/**', upstream: 'main', auth: 'optional' }] })
+    for (const body of ['access_token=forged', 'x=1;access_token=forged', 'access.token=forged', 'access%5Ftoken=forged']) {
+      const res = await send(`${gateway.url}/orders`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body })
+      expect(res.status, body).toBe(400)
+    }
+    expect(upstream.requests).toHaveLength(0)
+    const plain = await send(`${gateway.url}/orders`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'q=1' })
+    expect(plain.status).toBe(200)
+    expect(upstream.requests).toHaveLength(1)
+  })
+
+  it('refuses a query access_token after a ; or spelled as PHP reads it, beside a valid header', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished)
+    for (const query of ['?a=1;access_token=other', '?access.token=other', '?access[token=other', '?access%20token=other']) {
+      const res = await send(`${gateway.url}/orders${query}`, { headers: { authorization: await bearer() } })
+      expect(res.status, query).toBe(400)
+      expect(res.headers['www-authenticate']).toContain('error="invalid_request"')
+    }
+    expect(upstream.requests).toHaveLength(0)
+  })
+})

@@ -34,12 +34,24 @@ export function extractBearerToken(req: IncomingMessage, maxTokenSize: number): 
 }
 
 /**
+ * Whether a query or form names `access_token` the way some upstream reads it: `;` separates parameters as
+ * `&` does (Python's parse_qs before 3.9.2, Perl's CGI, Java servlet containers' path-parameter kin), names
+ * are compared percent-decoded, and PHP reads ` `, `.` and `[` in a name as `_` (`access.token` is its
+ * `$_GET['access_token']`).
+ */
+export function namesAccessToken(parameters: string): boolean {
+  for (const name of new URLSearchParams(parameters.replaceAll(';', '&')).keys()) {
+    if (name.length === 12 && name.replace(/[ .[]/g, '_') === 'access_token') return true
+  }
+  return false
+}
+
+/**
  * RFC 6750 §2.3: a token in the URI is refused outright; §3.1 names two tokens invalid_request.
- * `query` is `?…` or empty. The name is compared decoded (`access%5Ftoken` is the same parameter to an
- * upstream that decodes it), so any query with a `%` is parsed too.
+ * `query` is `?…` or empty. Parsed only when it could name the parameter (`%` may spell it encoded).
  */
 export function rejectQueryToken(query: string): void {
-  if (query.length > 1 && (query.includes('access_token') || query.includes('%')) && new URLSearchParams(query).has('access_token')) {
+  if (query.length > 1 && (query.includes('access') || query.includes('%')) && namesAccessToken(query.slice(1))) {
     throw new InvalidRequest('access tokens in the query string are not accepted; use the Authorization header')
   }
 }

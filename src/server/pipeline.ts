@@ -169,7 +169,7 @@ export class GatewayPipeline {
   private async serveLater(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     path: string, query: string, found: Principal | undefined | Promise<Principal>): Promise<void> {
     const principal = found instanceof Promise ? await found : found
-    const body = hasBody(req) ? await requestBody(req, rule, principal) : null
+    const body = hasBody(req) ? await requestBody(req, rule) : null
     return this.forward(rt, req, res, outcome, rule, path, query, principal, body)
   }
 

@@ -4,12 +4,13 @@
  */
 import type { IncomingMessage } from 'node:http'
 import type { Readable } from 'node:stream'
-import type { Principal } from '../authn/principal.js'
+import { namesAccessToken } from '../authn/bearer.js'
 import { InvalidRequest, MalformedRequest, RequestTooLarge } from '../errors/oauth-errors.js'
 import { BodyLimit } from '../forward/proxy.js'
 import type { CompiledRule } from '../rules/compile.js'
 
-const FORM_CONTENT_TYPE = /^application\/x-www-form-urlencoded\s*(;|$)/i
+// Anywhere in the header: `application/x-www-form-urlencoded , text/plain` is a form to lenient parsers.
+const FORM_CONTENT_TYPE = /x-www-form-urlencoded/i
 
 export function hasBody(req: IncomingMessage): boolean {
   const length = req.headers['content-length']
@@ -51,16 +52,16 @@ function limitedStream(req: IncomingMessage, limit: number): BodyLimit {
 }
 
 /** The request body as the upstream gets it: streamed, size-checked, or buffered for form bodies. */
-export async function requestBody(req: IncomingMessage, rule: CompiledRule, principal: Principal | undefined): Promise<Readable | Buffer | null> {
+export async function requestBody(req: IncomingMessage, rule: CompiledRule): Promise<Readable | Buffer | null> {
   if (!hasBody(req)) return null
   const length = req.headers['content-length']
   if (length !== undefined && !(Number(length) <= rule.maxBodySize)) throw new RequestTooLarge(rule.maxBodySize)
-  // RFC 6750 §2.2 and §3.1: a form body may carry access_token too; when a header token was accepted, read
-  // the form (bounded) to refuse the second token. Only after authentication, so that anonymous clients
-  // cannot make the gateway buffer bodies.
-  if (principal !== undefined && FORM_CONTENT_TYPE.test(req.headers['content-type'] ?? '')) {
+  // RFC 6750 §2.2 and §3.1: a form body may carry access_token too; on a route that looks at tokens, read the
+  // form (bounded) to refuse it: a second token beside the header's, or on an `auth: optional` route the only
+  // one, which the upstream would honour for a request forwarded as anonymous.
+  if (rule.auth !== 'none' && FORM_CONTENT_TYPE.test(req.headers['content-type'] ?? '')) {
     const body = await readLimited(req, rule.maxBodySize)
-    if (new URLSearchParams(body.toString('latin1')).has('access_token')) {
+    if (namesAccessToken(body.toString('latin1'))) {
       throw new InvalidRequest('access tokens in the request body are not accepted; use the Authorization header')
     }
     return body
