@@ -18,8 +18,9 @@ import type { CacheStats } from './authn/token-cache.js'
 import { createAuthServer, type AuthServer } from './authserver/plugin.js'
 import { Metrics } from './metrics/metrics.js'
 import { HeadersTooLarge, MalformedRequest } from './errors/oauth-errors.js'
-import { errorBody, errorHeaders, renderErrorOnSocket } from './errors/render.js'
+import { errorBody, errorHeaders, renderError, renderErrorOnSocket } from './errors/render.js'
 import { GatewayPipeline } from './server/pipeline.js'
+import { requestHeadProblem } from './server/request-head.js'
 import { buildRuntime, closeRuntime, type RuntimeDependencies } from './server/runtime.js'
 
 /** What the rest of Portcullis (revocation, metrics, the Redis broadcast) reaches through `app.gateway`. */
@@ -180,11 +181,19 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
     },
     logController: new RedactingLogController(),
     serverFactory: (fastifyHandler) => {
-      const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
+      const handler = (req: http.IncomingMessage, res: http.ServerResponse, expectsContinue = false) => {
         const url = req.url ?? ''
         const q = url.indexOf('?')
-        if (fastifyPaths.size > 0 && fastifyPaths.has(q === -1 ? url : url.slice(0, q))) fastifyHandler(req, res)
-        else pipeline!.handleRequest(req, res)
+        if (fastifyPaths.size > 0 && fastifyPaths.has(q === -1 ? url : url.slice(0, q))) {
+          const problem = requestHeadProblem(req)
+          if (problem) return renderError(res, problem, realm, true)
+          // The authorization server authenticates its clients from the body: it may come at once.
+          if (expectsContinue) res.writeContinue()
+          fastifyHandler(req, res)
+        } else {
+          // The pipeline sends 100 Continue itself, once the request is authorized.
+          pipeline!.handleRequest(req, res)
+        }
       }
       const server = tls
         ? https.createServer({
@@ -195,6 +204,8 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
           maxHeaderSize,
         }, handler)
         : http.createServer({ maxHeaderSize }, handler)
+      // `Expect: 100-continue`: node would answer 100 before anyone looked at the request.
+      server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => handler(req, res, true))
       server.on('upgrade', (req, socket, head) => pipeline!.handleUpgrade(req, socket, head))
       // CONNECT carries an authority-form target: this is no forward proxy, so refuse it in JSON.
       server.on('connect', (_req, socket: Socket) => {

@@ -157,3 +157,73 @@ describe('one token, one place (item 7; RFC 6750 §2, §3.1)', () => {
     expect(upstream.requests).toHaveLength(0)
   })
 })
+
+/** Sends `head`, waits `waitMs`, records what came back, then sends `body` (if any) and reads to the end. */
+async function rawExchange(port: number, head: string, body?: string, waitMs = 300): Promise<{ beforeBody: string; all: string }> {
+  const net = await import('node:net')
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(head))
+    let all = ''
+    let beforeBody: string | undefined
+    socket.setEncoding('latin1')
+    socket.on('data', (chunk: string) => { all += chunk })
+    socket.on('error', reject)
+    setTimeout(() => {
+      beforeBody = all
+      if (body !== undefined && !socket.destroyed) socket.write(body)
+    }, waitMs)
+    // Closed before the wait was over: everything came before the body.
+    socket.on('close', () => resolve({ beforeBody: beforeBody ?? all, all }))
+    setTimeout(() => socket.end(), waitMs + 1500).unref()
+  })
+}
+
+describe('HTTP leniencies (item 10)', () => {
+  it('answers 400 to two Host headers, on a protected and on an anonymous route, nothing forwarded', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished, {
+      routes: [{ id: 'public', path: '/public/**', upstream: 'main', auth: 'none' }, { id: 'all', path: '/**', upstream: 'main' }],
+    })
+    for (const path of ['/public/x', '/orders']) {
+      const { all } = await rawExchange(gateway.port,
+        `GET ${path} HTTP/1.1\r\nHost: gw\r\nHost: internal.admin\r\nAuthorization: ${await bearer()}\r\n\r\n`)
+      expect(all, path).toMatch(/^HTTP\/1\.1 400 /)
+      expect(all).toContain('"invalid_request"')
+    }
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('answers 400 to two Host headers at the authorization server too', async ({ onTestFinished }) => {
+    const gateway = await startAuthServerGateway({})
+    onTestFinished(() => gateway.close())
+    const { all } = await rawExchange(gateway.port, 'GET /jwks HTTP/1.1\r\nHost: gw\r\nHost: other\r\n\r\n')
+    expect(all).toMatch(/^HTTP\/1\.1 400 /)
+  })
+
+  it('answers 505 to an HTTP/2.0 request line and closes the connection, nothing forwarded', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished)
+    const { all } = await rawExchange(gateway.port, `GET /orders HTTP/2.0\r\nHost: gw\r\nAuthorization: ${await bearer()}\r\n\r\n`)
+    expect(all).toMatch(/^HTTP\/1\.1 505 /)
+    expect(all.toLowerCase()).toContain('connection: close')
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('answers Expect: 100-continue with the refusal, never 100, when the request is not authorized', async ({ onTestFinished }) => {
+    const { upstream, gateway } = await setup(onTestFinished)
+    const { beforeBody, all } = await rawExchange(gateway.port,
+      'POST /orders HTTP/1.1\r\nHost: gw\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n', 'hello')
+    expect(beforeBody).toMatch(/^HTTP\/1\.1 401 /)
+    expect(all).not.toContain('100 Continue')
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('sends 100 Continue once the token is validated, then forwards the body', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished)
+    const { beforeBody, all } = await rawExchange(gateway.port, 'POST /orders HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n' +
+      `Authorization: ${await bearer()}\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n`, 'hello')
+    expect(beforeBody).toBe('HTTP/1.1 100 Continue\r\n\r\n')
+    expect(all).toContain('HTTP/1.1 200 ')
+    expect(upstream.requests).toHaveLength(1)
+    expect(upstream.requests[0]!.bodyBytes).toBe(5)
+    expect(upstream.requests[0]!.headers).not.toHaveProperty('expect')
+  })
+})

@@ -5,7 +5,7 @@
 export type ErrorCode =
   | 'invalid_request' | 'invalid_token' | 'insufficient_scope' | 'temporarily_unavailable' | 'server_error'
   | 'unauthorized' | 'not_found' | 'method_not_allowed' | 'request_too_large' | 'headers_too_large'
-  | 'bad_gateway' | 'gateway_timeout'
+  | 'bad_gateway' | 'gateway_timeout' | 'request_timeout' | 'http_version_not_supported'
   // RFC 6749 §5.2 and RFC 8628 §3.5, answered by the embedded authorization server
   | 'invalid_client' | 'invalid_grant' | 'unauthorized_client' | 'unsupported_grant_type' | 'invalid_scope'
   | 'authorization_pending' | 'slow_down' | 'access_denied' | 'expired_token' | 'invalid_target'
@@ -92,6 +92,18 @@ export class HeadersTooLarge extends GatewayError {
   readonly code = 'headers_too_large'
   readonly status = 431
   constructor() { super('the request headers are too large') }
+}
+/** The client sent its body too slowly (a gap longer than `server.body_timeout`): its connection is closed. */
+export class RequestTimeout extends GatewayError {
+  readonly code = 'request_timeout'
+  readonly status = 408
+  constructor(detail: string) { super('the request body was not received in time', { detail }) }
+}
+/** RFC 9110 §15.6.6: only HTTP/1.x is served on this listener (an `HTTP/2.0` request line is not HTTP/2). */
+export class HttpVersionNotSupported extends GatewayError {
+  readonly code = 'http_version_not_supported'
+  readonly status = 505
+  constructor() { super('only HTTP/1.0 and HTTP/1.1 are served') }
 }
 export class BadGateway extends GatewayError {
   readonly code = 'bad_gateway'

@@ -55,6 +55,6 @@ export function renderErrorOnSocket(socket: NodeJS.WritableStream & { destroy():
 
 const STATUS_TEXT: Record<number, string> = {
   400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
-  413: 'Payload Too Large', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error',
-  502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout',
+  408: 'Request Timeout', 413: 'Payload Too Large', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error',
+  502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout', 505: 'HTTP Version Not Supported',
 }

@@ -10,7 +10,7 @@ import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
 import type { Principal } from '../authn/principal.js'
 import { requireScopes } from '../authz/scopes.js'
 import {
-  BadGateway, GatewayError, GatewayTimeout, MalformedRequest, MethodNotAllowed, MissingToken,
+  BadGateway, GatewayError, GatewayTimeout, HttpVersionNotSupported, MalformedRequest, MethodNotAllowed, MissingToken,
   NoMatchingRoute, RequestTooLarge, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
 import type { Decision } from '../metrics/metrics.js'
@@ -22,6 +22,7 @@ import type { CompiledRule } from '../rules/compile.js'
 import { allowedMethods, matchRule } from '../rules/match.js'
 import { splitRequestTarget } from '../rules/normalize.js'
 import { hasBody, requestBody } from './request-body.js'
+import { requestHeadProblem } from './request-head.js'
 import { retireWhenIdle, type GatewayRuntime } from './runtime.js'
 
 export type { GatewayRuntime } from './runtime.js'
@@ -155,6 +156,8 @@ export class GatewayPipeline {
    * Throws or rejects with the error to answer.
    */
   private serve(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome): Promise<void> | undefined {
+    const problem = requestHeadProblem(req)
+    if (problem) throw problem
     const { path, query } = splitRequestTarget(req.url ?? '')
     const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)
     outcome.route = rule.id
@@ -169,6 +172,9 @@ export class GatewayPipeline {
   private async serveLater(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     path: string, query: string, found: Principal | undefined | Promise<Principal>): Promise<void> {
     const principal = found instanceof Promise ? await found : found
+    // RFC 9110 §10.1.1: the server's 'checkContinue' sends no 100 by itself; the client is told to send its
+    // body only now that the request is authorized (a refusal is answered instead, and the body never read).
+    if (req.headers.expect !== undefined && hasBody(req)) res.writeContinue()
     const body = hasBody(req) ? await requestBody(req, rule) : null
     return this.forward(rt, req, res, outcome, rule, path, query, principal, body)
   }
@@ -195,8 +201,9 @@ export class GatewayPipeline {
     outcome.error = failure.code
     outcome.detail = failure.internal.detail ?? failure.description
     outcome.cause = failure.internal.cause
-    // A body we did not read must not be read now (it may be 50 MB): close the connection instead.
-    renderError(res, failure, rt.realm, hasBody(req) && !req.readableEnded)
+    // A body we did not read must not be read now (it may be 50 MB): close the connection instead; and a
+    // client that spoke another HTTP version gets nothing more on this one.
+    renderError(res, failure, rt.realm, (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported)
   }
 
   private logUpgradeFailure(rt: GatewayRuntime, req: IncomingMessage, failure: GatewayError): void {
@@ -220,6 +227,8 @@ export class GatewayPipeline {
     if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new MalformedRequest('only WebSocket upgrades are forwarded')
     // RFC 6455 §4.1: the opening handshake is a GET over HTTP/1.1 or later. Forwarded as anything else, an
     // OPTIONS or POST upgrade would match that method's (perhaps anonymous) route and reach the GET one's.
+    const problem = requestHeadProblem(req)
+    if (problem) throw problem
     if (req.method !== 'GET') throw new MalformedRequest('a WebSocket upgrade must be a GET request')
     if (req.httpVersionMajor === 1 && req.httpVersionMinor === 0) throw new MalformedRequest('a WebSocket upgrade needs HTTP/1.1')
     const { path, query } = splitRequestTarget(req.url ?? '')

@@ -1,0 +1,20 @@
+/**
+ * What the HTTP parser lets through but a gateway must not (RFC 9112): checked on every request, proxied or
+ * served by the authorization server, before anything else looks at it.
+ */
+import type { IncomingMessage } from 'node:http'
+import { HttpVersionNotSupported, MalformedRequest, type GatewayError } from '../errors/oauth-errors.js'
+
+/** Why this request head is refused, or undefined. */
+export function requestHeadProblem(req: IncomingMessage): GatewayError | undefined {
+  // Node's parser accepts any `HTTP/d.d` and would have us answer `HTTP/2.0` as HTTP/1.1.
+  if (req.httpVersionMajor !== 1) return new HttpVersionNotSupported()
+  // RFC 9112 §3.2: more than one Host is 400. Node keeps the first; an upstream or a cache may take the last.
+  const raw = req.rawHeaders
+  let hosts = 0
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!
+    if (name.length === 4 && name.toLowerCase() === 'host' && ++hosts > 1) return new MalformedRequest('more than one Host header')
+  }
+  return undefined
+}
