@@ -198,9 +198,9 @@ describe('JWT signatures and algorithms', () => {
     expect(keys.map((key) => key.alg)).toEqual([...JWS_ALGORITHMS])
   })
 
-  it('answers 401 for alg none with an empty signature (not even a compact JWS)', async () => {
+  it('answers 401 malformed for alg none with an empty signature (issue 15: a JWT all the same)', async () => {
     const token = `${b64url({ alg: 'none', typ: 'at+jwt' })}.${b64url(claimsFor(shared.issuer))}.`
-    await expectInvalidToken(shared, token, 'no_introspecting_issuer')
+    await expectInvalidToken(shared, token, 'malformed')
   })
 
   it('answers 401 for alg none with a filler signature', async () => {
@@ -354,7 +354,9 @@ describe('tokens that are not JWTs', () => {
   it.for([
     ['two segments', 'eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJ4In0', 'no_introspecting_issuer'],
     ['four segments', 'eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJ4In0.AAAA.AAAA', 'no_introspecting_issuer'],
-    ['an empty payload', 'eyJhbGciOiJFUzI1NiJ9..AAAA', 'no_introspecting_issuer'],
+    // Issue 15: three segments make a JWT, whatever they hold; it is refused, never introspected.
+    ['an empty payload', 'eyJhbGciOiJFUzI1NiJ9..AAAA', 'malformed'],
+    ['three empty segments', '..', 'malformed'],
     ['a header that is not JSON', `${b64url('not json')}.${b64url({ iss: 'x' })}.AAAA`, 'malformed'],
     ['a payload that is not JSON', `${b64url({ alg: 'ES256' })}.${b64url('not json')}.AAAA`, 'malformed'],
     ['a payload that is a JSON array', `${b64url({ alg: 'ES256' })}.${b64url('[1,2]')}.AAAA`, 'malformed'],

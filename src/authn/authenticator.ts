@@ -9,9 +9,11 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { JWTVerifyGetKey } from 'jose'
 import { UNKNOWN_ISSUER, ValidationCounts, type Metrics, type UnavailableReason, type ValidationMethod } from '../metrics/metrics.js'
 import type { CacheConfig, IssuerConfig } from '../config/schema.js'
+import { DEVICE_CODE_PREFIX } from '../authserver/device.js'
+import { OPAQUE_ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX } from '../authserver/tokens.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import { IntrospectionClient, type IntrospectionEntry } from './introspection.js'
-import { JwtIssuer, decodeUnverified, looksLikeJwt } from './jwt.js'
+import { JwtIssuer, decodeUnverified, looksLikeJwt, refuseUnsecured } from './jwt.js'
 import type { KeySetStats } from './jwks.js'
 import type { Principal } from './principal.js'
 import { TokenCache, tokenHash, type CacheStats } from './token-cache.js'
@@ -85,6 +87,18 @@ interface Attempt {
 }
 
 const DEFAULT_MAX_ENTRIES = 100_000
+
+/**
+ * The embedded server's token prefixes, reserved whether or not it runs in this process (issue 15): such a
+ * token (a refresh token presented as a Bearer, another instance's token) is a secret of ours, never sent
+ * to a third-party introspection endpoint. Authorization codes carry no prefix.
+ */
+const EMBEDDED_TOKEN_PREFIXES = [OPAQUE_ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX, DEVICE_CODE_PREFIX] as const
+
+function hasEmbeddedPrefix(token: string): boolean {
+  for (let i = 0; i < EMBEDDED_TOKEN_PREFIXES.length; i++) if (token.startsWith(EMBEDDED_TOKEN_PREFIXES[i]!)) return true
+  return false
+}
 
 export class Authenticator {
   private readonly issuers = new Map<string, IssuerEntry>()
@@ -181,6 +195,7 @@ export class Authenticator {
     if (!issuer.jwt) {
       const introspection = issuer.introspection!
       attempt.counts = introspection.counts
+      refuseUnsecured(decoded)
       return introspection.client.authenticate(token, hashOfToken)
     }
     const { verifier: jwt, counts } = issuer.jwt
@@ -204,6 +219,12 @@ export class Authenticator {
       const principal = await embedded.lookupOpaque(hashOfToken)
       if (!principal) throw new InvalidToken('inactive', undefined, 'inactive')
       return principal
+    }
+    if (hasEmbeddedPrefix(token)) {
+      if (!embedded) throw new InvalidToken('embedded_token_prefix', undefined, 'unknown_issuer')
+      // One of ours, but not an access token (a refresh token or a device code): not active as a Bearer.
+      attempt.counts = this.embeddedCounts!
+      throw new InvalidToken('not_an_access_token', undefined, 'inactive')
     }
     const introspection = this.introspecting.find((candidate) => candidate.client.accepts(token))
     if (!introspection) throw new InvalidToken('no_introspecting_issuer', undefined, 'unknown_issuer')

@@ -177,13 +177,30 @@ function rejectionOf(error: unknown): JwtRejection {
 
 const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/
 
-/** JWS compact serialization: three base64url segments (anything else is an opaque token). */
+/**
+ * Any token of three segments (exactly two dots, whatever is between them) is a JWT: decoded, and refused
+ * as malformed when it is not a signed compact JWS, never taken for an opaque token and introspected
+ * (issue 15: `header.payload.`, alg none, went to a third party). Runs on every request: no regex.
+ */
 export function looksLikeJwt(token: string): boolean {
-  return COMPACT_JWS.test(token)
+  const first = token.indexOf('.')
+  if (first < 0) return false
+  const second = token.indexOf('.', first + 1)
+  return second >= 0 && token.indexOf('.', second + 1) < 0
 }
 
 export type JwtHeader = ProtectedHeaderParameters
 export type JwtClaims = Record<string, unknown>
+
+/**
+ * RFC 7519 §6: an unsecured JWT (`alg: none`) is never an access token, whoever would check it: refused
+ * here before a JWT of an issuer without keys is sent to that issuer's introspection endpoint.
+ */
+export function refuseUnsecured(jwt: DecodedJwt): void {
+  const alg = jwt.header.alg
+  if (typeof alg !== 'string' || alg === '') throw rejectJwt('malformed')
+  if (alg.toLowerCase() === 'none') throw rejectJwt('algorithm_not_allowed')
+}
 
 /** A compact JWS taken apart, nothing verified yet. */
 export interface DecodedJwt {
@@ -219,9 +236,10 @@ function canonicalSignature(segment: string): Buffer {
 
 /** The header and claims (`iss` picks the issuer) of a compact JWS; a token that does not decode is invalid. */
 export function decodeUnverified(token: string): DecodedJwt {
+  // RFC 7515 §7.1: three non-empty base64url segments (an empty signature is an unsecured JWT, never accepted).
+  if (!COMPACT_JWS.test(token)) throw rejectJwt('malformed')
   const first = token.indexOf('.')
   const second = token.indexOf('.', first + 1)
-  if (first < 0 || second < 0 || token.indexOf('.', second + 1) >= 0) throw rejectJwt('malformed')
   const parts = { protected: token.slice(0, first), payload: token.slice(first + 1, second), signature: token.slice(second + 1) }
   try {
     return {
