@@ -570,7 +570,8 @@ describe('forwarding: bodies', () => {
   })
 
   it('answers 413 JSON when a chunked body passes max_body_size mid-stream, and the upstream never gets it whole', async ({ onTestFinished }) => {
-    const { upstream, gateway, bearer } = await setup(onTestFinished, { server: { max_body_size: '4kb' } })
+    // Streamed from the first byte (no request buffering), so the limit is passed mid-stream to the upstream.
+    const { upstream, gateway, bearer } = await setup(onTestFinished, { server: { max_body_size: '4kb', body_buffer_size: '0b' } })
     const res = await send(`${gateway.url}/upload`, {
       method: 'POST',
       headers: { authorization: await bearer(), 'transfer-encoding': 'chunked', 'content-type': 'application/octet-stream' },
@@ -615,8 +616,20 @@ describe('forwarding: bodies', () => {
     expect(upstream.incomplete).toHaveLength(0)
   })
 
+  it('answers 413 to a chunked body that passes max_body_size while it is buffered, never opening an upstream connection', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished, { server: { max_body_size: '4kb' } })
+    const res = await send(`${gateway.url}/upload`, {
+      method: 'POST',
+      headers: { authorization: await bearer(), 'transfer-encoding': 'chunked', 'content-type': 'application/octet-stream' },
+      body: slowChunked(3 * 1024, 256 * 1024),
+    })
+    expect(res.status).toBe(413)
+    expect(upstream.connections).toBe(0)
+  })
+
   it('aborts the upstream request when the client goes away mid-body', async ({ onTestFinished }) => {
-    const { upstream, gateway, bearer } = await setup(onTestFinished)
+    // 16 KiB buffered, then streamed: the 32 KiB written reach the upstream before the client leaves.
+    const { upstream, gateway, bearer } = await setup(onTestFinished, { server: { body_buffer_size: '16kb' } })
     for (const framing of [{ 'transfer-encoding': 'chunked' }, { 'content-length': 1024 * 1024 }]) {
       const req = http.request(`${gateway.url}/upload`, { method: 'POST', agent: false, headers: { authorization: await bearer(), ...framing } })
       req.on('error', () => { /* we abort it ourselves */ })

@@ -45,6 +45,9 @@ const Server = Strict({
   realm: Type.Optional(Type.String({ pattern: '^[\\x20\\x21\\x23-\\x5b\\x5d-\\x7e]*$', 'x-message': 'must be printable ASCII without quotes or backslashes' })),
   tls: Type.Optional(Strict({ cert_file: NonEmpty, key_file: NonEmpty })),
   shutdown_timeout: Type.Optional(Duration),
+  body_buffer_size: Type.Optional(Size),
+  body_timeout: Type.Optional(Duration),
+  body_min_rate: Type.Optional(Size),
 })
 
 const Admin = Strict({ listen: Type.Optional(HostPort) })
@@ -57,6 +60,7 @@ const Upstream = Strict({
   timeout: Type.Optional(Duration),
   ca_file: Type.Optional(NonEmpty),
   connections: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000 })),
+  queue_timeout: Type.Optional(Duration),
 })
 
 const Introspection = Strict({

@@ -8,7 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Pool, type Dispatcher } from 'undici'
 import type { UpstreamConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
-import { BadGateway, GatewayError, GatewayTimeout, RequestTooLarge } from '../errors/oauth-errors.js'
+import { BadGateway, GatewayError, GatewayTimeout, RequestTooLarge, TemporarilyUnavailable } from '../errors/oauth-errors.js'
 import { responseHeaderList, type OutgoingHeaders } from './upstream-headers.js'
 
 export interface Upstream {
@@ -17,15 +17,23 @@ export interface Upstream {
   readonly echo: boolean
   readonly pool: Pool | undefined
   readonly timeoutMs: number
+  /** The pool's size: with this many requests in flight, the next one waits for a connection. */
+  readonly connections: number
+  /** How long a request may wait for a free connection before it is answered 503 (`queue_timeout`). */
+  readonly queueTimeoutMs: number
+  /** Requests dispatched on the pool and not yet ended (waiting for a connection included). */
+  busy: number
 }
 
 export function createUpstream(name: string, config: UpstreamConfig): Upstream {
   const timeoutMs = parseDuration(config.timeout ?? '30s')
-  if (config.url === 'builtin:echo') return { name, echo: true, pool: undefined, timeoutMs }
+  const connections = config.connections ?? 128
+  const queueTimeoutMs = parseDuration(config.queue_timeout ?? '5s')
+  if (config.url === 'builtin:echo') return { name, echo: true, pool: undefined, timeoutMs, connections, queueTimeoutMs, busy: 0 }
   const origin = new URL(config.url).origin
   const tls = origin.startsWith('https:')
   const pool = new Pool(origin, {
-    connections: config.connections ?? 128,
+    connections,
     pipelining: 1,
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
@@ -39,7 +47,7 @@ export function createUpstream(name: string, config: UpstreamConfig): Upstream {
       },
     }),
   })
-  return { name, echo: false, pool, timeoutMs }
+  return { name, echo: false, pool, timeoutMs, connections, queueTimeoutMs, busy: 0 }
 }
 
 /** Why an upstream request was aborted: the client's response closed before it was complete. */
@@ -58,20 +66,42 @@ export class ClientGone extends Error {
 export class ForwardHandler implements Dispatcher.DispatchHandler {
   private abort: ((error: Error) => void) | undefined
   private resume: (() => void) | undefined
-  /** onComplete or onError has come: `done` is called (or queued) and nothing is aborted any more. */
+  /** onComplete or onError has come, or the wait for a connection ran out: `done` is called (or queued). */
   private settled = false
+  /** Set while the request waits for a free pool connection, when it may have to. */
+  private queued: NodeJS.Timeout | undefined
+  /** Counted in `upstream.busy` until undici is done with the request. */
+  private counted: Upstream | undefined
 
   constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void) {}
+
+  /** Counts the request as in flight on `upstream` until undici is done with it. */
+  countOn(upstream: Upstream): void {
+    upstream.busy++
+    this.counted = upstream
+  }
 
   /** The client's response closed: the upstream request is aborted unless it has already ended. */
   clientClosed(): void {
     if (!this.settled) this.abort?.(new ClientGone())
   }
 
+  /** Answers 503 if no pool connection has taken the request within `ms`; the request is then never sent. */
+  waitAtMost(ms: number, upstream: string): void {
+    this.queued = setTimeout(() => {
+      this.queued = undefined
+      if (this.settled) return
+      this.settled = true
+      this.done(new TemporarilyUnavailable(`upstream ${upstream}: no free connection within ${ms} ms`, 1))
+    }, ms)
+  }
+
   onConnect(abort: (error?: Error) => void): void {
+    clearTimeout(this.queued)
     // The client may have left while the request waited (its token validated, its body read, a connection
-    // free): 'close' came before there was anything to abort, and nothing must be written to it now.
-    if (this.res.destroyed) abort(new ClientGone())
+    // free): 'close' came before there was anything to abort, and nothing must be written to it now. Or it
+    // waited too long and has been answered 503.
+    if (this.res.destroyed || this.settled) abort(new ClientGone())
     else this.abort = abort
   }
 
@@ -93,14 +123,22 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     return false
   }
 
+  private release(): void {
+    if (this.counted) this.counted.busy--
+    this.counted = undefined
+  }
+
   onComplete(): void {
+    this.release()
     this.settled = true
     this.res.end()
     this.done()
   }
 
   onError(error: Error): void {
-    // Settled already: `done` threw inside onComplete, and undici reports that as this request's error too.
+    this.release()
+    // Settled already: `done` threw inside onComplete, and undici reports that as this request's error too;
+    // or the request was answered 503 while it waited for a connection.
     if (this.settled) return
     this.settled = true
     // Out of undici's call stack: the caller answers the client, which must not run inside the pool's loop.
@@ -115,6 +153,9 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
 export function forwardRequest(upstream: Upstream, req: IncomingMessage, res: ServerResponse,
   headers: OutgoingHeaders, body: Readable | Buffer | null, done: (error?: Error) => void): ForwardHandler {
   const handler = new ForwardHandler(res, done)
+  // Every connection busy: this one queues, for a bounded time (a timer only then, not on the hot path).
+  if (upstream.busy >= upstream.connections) handler.waitAtMost(upstream.queueTimeoutMs, upstream.name)
+  handler.countOn(upstream)
   upstream.pool!.dispatch({ path: req.url!, method: req.method as Dispatcher.HttpMethod, headers, body }, handler)
   return handler
 }
@@ -127,17 +168,21 @@ export function upstreamFailure(error: unknown, upstream: string): GatewayError 
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
     return new GatewayTimeout(detail, error)
   }
+  // The body stream failed with our own error (too large, too slow): that is the answer.
   const cause = (error as { cause?: unknown }).cause
-  if (cause instanceof RequestTooLarge) return cause
+  if (cause instanceof GatewayError) return cause
   return new BadGateway(detail, error)
 }
 
-/** Counts a chunked body as it streams and fails it past the limit (a Content-Length is checked up front). */
-export class BodyLimit extends Transform {
+/** Counts a body as it streams and fails it past the limit (a Content-Length is also checked up front). */
+export class BodyMeter extends Transform {
   private seen = 0
+  /** Told of every chunk (the body watch). */
+  onChunk: ((bytes: number) => void) | undefined
   constructor(private readonly limit: number) { super() }
   override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
     this.seen += chunk.length
+    this.onChunk?.(chunk.length)
     if (this.seen > this.limit) callback(new RequestTooLarge(this.limit))
     else callback(null, chunk)
   }

@@ -175,7 +175,7 @@ export class GatewayPipeline {
     // RFC 9110 §10.1.1: the server's 'checkContinue' sends no 100 by itself; the client is told to send its
     // body only now that the request is authorized (a refusal is answered instead, and the body never read).
     if (req.headers.expect !== undefined && hasBody(req)) res.writeContinue()
-    const body = hasBody(req) ? await requestBody(req, rule) : null
+    const body = hasBody(req) ? await requestBody(req, rule, rt.bodyPolicy) : null
     return this.forward(rt, req, res, outcome, rule, path, query, principal, body)
   }
 

@@ -1,13 +1,16 @@
 /**
- * The request body on the proxy path: whether there is one, and how the upstream gets it (streamed with its
- * declared length, counted as it streams when chunked, or buffered when it is a form that may carry a token).
+ * The request body on the proxy path: whether there is one, and how the upstream gets it. Bodies up to
+ * `server.body_buffer_size` are read whole before an upstream connection is taken, so a client that sends
+ * slowly holds none (nginx's request buffering); larger ones stream, counted and watched. Every body is
+ * watched for pauses and a minimum rate (body-watch.ts); a form that may carry a token is read whole.
  */
 import type { IncomingMessage } from 'node:http'
 import type { Readable } from 'node:stream'
 import { namesAccessToken } from '../authn/bearer.js'
 import { InvalidRequest, MalformedRequest, RequestTooLarge } from '../errors/oauth-errors.js'
-import { BodyLimit } from '../forward/proxy.js'
+import { BodyMeter } from '../forward/proxy.js'
 import type { CompiledRule } from '../rules/compile.js'
+import { watchBody, type BodyPolicy } from './body-watch.js'
 
 // Anywhere in the header: `application/x-www-form-urlencoded , text/plain` is a form to lenient parsers.
 const FORM_CONTENT_TYPE = /x-www-form-urlencoded/i
@@ -17,55 +20,81 @@ export function hasBody(req: IncomingMessage): boolean {
   return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
 }
 
-// Past a limit we stop reading but never destroy the client's request: that would reset the connection
-// before the 413 goes out. The server closes the connection once the response is written.
+/** The first bytes of a body: all of it (`ended`), or the chunks read until more than the bound arrived. */
+interface Prefix {
+  chunks: Buffer[]
+  ended: boolean
+}
 
-/** A form body, buffered up to `limit` bytes (it is small, and must be searched for a second token). */
-function readLimited(req: IncomingMessage, limit: number): Promise<Buffer> {
+// Past a limit we stop reading but never destroy the client's request: that would reset the connection
+// before the 413 (or 408) goes out. The server closes the connection once the response is written.
+
+/**
+ * Reads until the body ends or more than `bound` bytes have arrived (then the request is paused with the
+ * rest unread); more than `limit` in all is RequestTooLarge.
+ */
+function readPrefix(req: IncomingMessage, bound: number, limit: number, policy: BodyPolicy): Promise<Prefix> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
     let size = 0
-    const settle = (error?: Error) => {
+    const settle = (error?: Error, ended = false) => {
+      watch.stop()
       req.off('data', onData).off('end', onEnd).off('error', settle).off('close', onClose)
-      if (!error) return resolve(Buffer.concat(chunks))
       req.pause()
-      reject(error)
+      if (error) reject(error)
+      else resolve({ chunks, ended })
     }
+    const watch = watchBody(policy, req, settle)
     const onData = (chunk: Buffer) => {
       size += chunk.length
+      watch.seen(chunk.length)
+      chunks.push(chunk)
       if (size > limit) settle(new RequestTooLarge(limit))
-      else chunks.push(chunk)
+      else if (size > bound) settle()
     }
-    const onEnd = () => settle()
+    const onEnd = () => settle(undefined, true)
     const onClose = () => settle(new MalformedRequest('the request body ended early'))
     req.on('data', onData).on('end', onEnd).on('error', settle).on('close', onClose)
   })
 }
 
-/** A chunked body, counted as it streams to the upstream; past the limit it fails with RequestTooLarge. */
-function limitedStream(req: IncomingMessage, limit: number): BodyLimit {
-  const limiter = new BodyLimit(limit)
-  limiter.on('error', () => { req.unpipe(limiter); req.pause() })
+/**
+ * The rest of a body as it streams to the upstream, after the chunks already read: counted (past `limit` it
+ * fails with RequestTooLarge; a declared length is enforced by Node's parser) and watched.
+ */
+function streamRest(req: IncomingMessage, prefix: readonly Buffer[], limit: number, policy: BodyPolicy): BodyMeter {
+  const meter = new BodyMeter(limit)
+  const watch = watchBody(policy, req, (error) => meter.destroy(error))
+  meter.onChunk = (bytes) => watch.seen(bytes)
+  const release = () => { watch.stop(); req.unpipe(meter); req.pause() }
+  meter.on('error', release)
+  // All received: what is left is the upstream's reading, no business of the client's.
+  req.on('end', () => watch.stop())
   // A client gone mid-body must abort the upstream request, which would otherwise wait for the rest.
-  req.on('close', () => { if (!req.complete) limiter.destroy(new MalformedRequest('the request body ended early')) })
-  return req.pipe(limiter)
+  req.on('close', () => { if (!req.complete) meter.destroy(new MalformedRequest('the request body ended early')) })
+  for (const chunk of prefix) meter.write(chunk)
+  return req.pipe(meter)
 }
 
-/** The request body as the upstream gets it: streamed, size-checked, or buffered for form bodies. */
-export async function requestBody(req: IncomingMessage, rule: CompiledRule): Promise<Readable | Buffer | null> {
+/** The request body as the upstream gets it: buffered (small bodies, forms that may carry a token) or streamed. */
+export async function requestBody(req: IncomingMessage, rule: CompiledRule, policy: BodyPolicy): Promise<Readable | Buffer | null> {
   if (!hasBody(req)) return null
   const length = req.headers['content-length']
-  if (length !== undefined && !(Number(length) <= rule.maxBodySize)) throw new RequestTooLarge(rule.maxBodySize)
+  const declared = length === undefined ? undefined : Number(length)
+  if (declared !== undefined && !(declared <= rule.maxBodySize)) throw new RequestTooLarge(rule.maxBodySize)
   // RFC 6750 §2.2 and §3.1: a form body may carry access_token too; on a route that looks at tokens, read the
   // form (bounded) to refuse it: a second token beside the header's, or on an `auth: optional` route the only
   // one, which the upstream would honour for a request forwarded as anonymous.
   if (rule.auth !== 'none' && FORM_CONTENT_TYPE.test(req.headers['content-type'] ?? '')) {
-    const body = await readLimited(req, rule.maxBodySize)
+    const body = Buffer.concat((await readPrefix(req, rule.maxBodySize, rule.maxBodySize, policy)).chunks)
     if (namesAccessToken(body.toString('latin1'))) {
       throw new InvalidRequest('access tokens in the request body are not accepted; use the Authorization header')
     }
     return body
   }
-  if (length !== undefined) return req  // Node's parser enforces the declared length
-  return limitedStream(req, rule.maxBodySize)
+  // A declared length over the buffer streams at once; a chunked body is read up to the buffer to find out.
+  if (policy.bufferSize === 0 || (declared !== undefined && declared > policy.bufferSize)) return streamRest(req, [], rule.maxBodySize, policy)
+  const prefix = await readPrefix(req, policy.bufferSize, rule.maxBodySize, policy)
+  if (prefix.ended) return Buffer.concat(prefix.chunks)
+  return streamRest(req, prefix.chunks, rule.maxBodySize, policy)
 }

@@ -9,7 +9,8 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { Authenticator, type EmbeddedIssuer, type RevocationCheck } from '../authn/authenticator.js'
 import type { GatewayConfig } from '../config/schema.js'
-import { parseSize } from '../config/units.js'
+import { parseDuration, parseSize } from '../config/units.js'
+import type { BodyPolicy } from './body-watch.js'
 import { createUpstream, type Upstream } from '../forward/proxy.js'
 import { createHeaderPolicy, type HeaderPolicy } from '../forward/upstream-headers.js'
 import type { Metrics } from '../metrics/metrics.js'
@@ -23,6 +24,7 @@ export interface GatewayRuntime {
   readonly headerPolicy: HeaderPolicy
   readonly realm: string
   readonly maxTokenSize: number
+  readonly bodyPolicy: BodyPolicy
   readonly log: FastifyBaseLogger
   readonly metrics: Metrics
   /** Requests being served on this runtime now; see {@link retireWhenIdle}. */
@@ -75,6 +77,11 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
     headerPolicy: createHeaderPolicy(config.forward, Boolean(config.server?.tls)),
     realm: config.server?.realm ?? 'portcullis',
     maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
+    bodyPolicy: {
+      bufferSize: parseSize(config.server?.body_buffer_size ?? '64kb'),
+      idleMs: parseDuration(config.server?.body_timeout ?? '10s'),
+      minRate: parseSize(config.server?.body_min_rate ?? '1kb'),
+    },
     log: deps.log,
     metrics: deps.metrics,
     inflight: 0,
