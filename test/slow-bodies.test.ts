@@ -126,4 +126,23 @@ describe('slow request bodies (issue 15, item 2)', () => {
     // The pool is whole again: the next request goes through.
     expect((await fetch(`${gateway.url}/orders/3`, { headers })).status).toBe(200)
   })
+
+  it('lets streamed bodies take at most half of an upstream\'s connections: the next one is 503, GETs still pass', async ({ onTestFinished }) => {
+    const { upstream, issuer, gateway } = await setup(onTestFinished, { server: { body_buffer_size: '1kb' }, upstreamExtra: { connections: 2 } })
+    const holder = slowClient(gateway.port, 100_000, 50)
+    onTestFinished(() => { holder.socket.destroy() })
+    await sleep(100)
+    holder.socket.write('z'.repeat(4096))
+    await sleep(300)
+    const second = slowClient(gateway.port, 100_000, 50)
+    onTestFinished(() => { second.socket.destroy() })
+    await sleep(100)
+    second.socket.write('z'.repeat(4096))
+    expect(await second.answer).toBe('HTTP/1.1 503 Service Unavailable')
+    const started = performance.now()
+    const res = await fetch(`${gateway.url}/orders/1`, { headers: { authorization: `Bearer ${await issuer.sign({ scope: 'orders:read' })}` } })
+    expect(res.status).toBe(200)
+    expect(performance.now() - started).toBeLessThan(1000)
+    expect(upstream.requests.map((request) => request.method)).toEqual(['GET'])
+  })
 })

@@ -23,13 +23,18 @@ export interface Upstream {
   readonly queueTimeoutMs: number
   /** Requests dispatched on the pool and not yet ended (waiting for a connection included). */
   busy: number
+  /** Of those, the ones whose body streams from the client (larger than `server.body_buffer_size`). */
+  streaming: number
+  /** At most this many streamed bodies at once: slow uploads can never hold every connection. */
+  readonly maxStreaming: number
 }
 
 export function createUpstream(name: string, config: UpstreamConfig): Upstream {
   const timeoutMs = parseDuration(config.timeout ?? '30s')
   const connections = config.connections ?? 128
   const queueTimeoutMs = parseDuration(config.queue_timeout ?? '5s')
-  if (config.url === 'builtin:echo') return { name, echo: true, pool: undefined, timeoutMs, connections, queueTimeoutMs, busy: 0 }
+  const counters = { busy: 0, streaming: 0, maxStreaming: Math.max(1, Math.floor(connections / 2)) }
+  if (config.url === 'builtin:echo') return { name, echo: true, pool: undefined, timeoutMs, connections, queueTimeoutMs, ...counters }
   const origin = new URL(config.url).origin
   const tls = origin.startsWith('https:')
   const pool = new Pool(origin, {
@@ -47,7 +52,7 @@ export function createUpstream(name: string, config: UpstreamConfig): Upstream {
       },
     }),
   })
-  return { name, echo: false, pool, timeoutMs, connections, queueTimeoutMs, busy: 0 }
+  return { name, echo: false, pool, timeoutMs, connections, queueTimeoutMs, ...counters }
 }
 
 /** Why an upstream request was aborted: the client's response closed before it was complete. */
@@ -70,15 +75,18 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   private settled = false
   /** Set while the request waits for a free pool connection, when it may have to. */
   private queued: NodeJS.Timeout | undefined
-  /** Counted in `upstream.busy` until undici is done with the request. */
+  /** Counted in `upstream.busy` (and `streaming`) until undici is done with the request. */
   private counted: Upstream | undefined
+  private streamed = false
 
   constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void) {}
 
   /** Counts the request as in flight on `upstream` until undici is done with it. */
-  countOn(upstream: Upstream): void {
+  countOn(upstream: Upstream, streamed: boolean): void {
     upstream.busy++
+    if (streamed) upstream.streaming++
     this.counted = upstream
+    this.streamed = streamed
   }
 
   /** The client's response closed: the upstream request is aborted unless it has already ended. */
@@ -124,7 +132,9 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   }
 
   private release(): void {
-    if (this.counted) this.counted.busy--
+    if (!this.counted) return
+    this.counted.busy--
+    if (this.streamed) this.counted.streaming--
     this.counted = undefined
   }
 
@@ -152,10 +162,15 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
  */
 export function forwardRequest(upstream: Upstream, req: IncomingMessage, res: ServerResponse,
   headers: OutgoingHeaders, body: Readable | Buffer | null, done: (error?: Error) => void): ForwardHandler {
+  const streamed = body !== null && !Buffer.isBuffer(body)
+  // Half the pool at most for bodies that arrive as slowly as the client likes (within body_min_rate).
+  if (streamed && upstream.streaming >= upstream.maxStreaming) {
+    throw new TemporarilyUnavailable(`upstream ${upstream.name}: ${upstream.maxStreaming} streamed request bodies in flight`, 1)
+  }
   const handler = new ForwardHandler(res, done)
   // Every connection busy: this one queues, for a bounded time (a timer only then, not on the hot path).
   if (upstream.busy >= upstream.connections) handler.waitAtMost(upstream.queueTimeoutMs, upstream.name)
-  handler.countOn(upstream)
+  handler.countOn(upstream, streamed)
   upstream.pool!.dispatch({ path: req.url!, method: req.method as Dispatcher.HttpMethod, headers, body }, handler)
   return handler
 }
