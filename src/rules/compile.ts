@@ -8,6 +8,7 @@
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
 import { pathProblem } from './normalize.js'
+import { canonicalSegment } from './segments.js'
 
 export type AuthMode = 'required' | 'optional' | 'none'
 
@@ -15,7 +16,8 @@ export interface CompiledRule {
   readonly id: string
   readonly index: number
   readonly path: string
-  readonly regex: RegExp
+  /** Per segment: a literal in canonical form, `*` or `**`; `/` is one empty literal (see segments.ts). */
+  readonly segments: readonly string[]
   /** Per segment: 4 literal, 3 `*`, 1 `**`; compared left to right, higher wins (see {@link compareRank}). */
   readonly rank: readonly number[]
   /** `null` means every method. */
@@ -40,64 +42,15 @@ const GLOBSTAR = 1
 
 const LITERAL_SEGMENT = /^[A-Za-z0-9\-._~!$&'()+,=:@%]*$/
 
-// RFC 3986 sub-delims and ":" "@": legal raw in a path, and also sent percent-encoded (encodeURIComponent).
-// Upstreams decode before routing, so `a:b`, `a%3Ab` and `a%3ab` name one resource and must meet one rule.
-const SUB_DELIMS = "!$&'()*+,=:@"
-
-function decodeEscape(hex: string): string {
-  return String.fromCharCode(parseInt(hex, 16))
-}
-
-/** One spelling per literal: sub-delims raw (but `*` stays `%2A`, never a wildcard), other escapes upper case. */
-function canonicalSegment(segment: string): string {
-  return segment.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
-    const char = decodeEscape(hex)
-    return char !== '*' && SUB_DELIMS.includes(char) ? char : escape.toUpperCase()
-  })
-}
-
-/** A pattern's segments, literals in canonical form: a literal string, `*` or `**`. `/` alone has none. */
-function patternSegments(pattern: string): string[] {
-  return pattern === '/' ? [] : pattern.slice(1).split('/').map((segment) => (segment.includes('%') ? canonicalSegment(segment) : segment))
-}
-
-function escapeRegex(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
-}
-
-/** The escape of `char`, hex digits in either case: `%3[aA]`. */
-function escapeSource(char: string): string {
-  return '%' + [...char.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')]
-    .map((digit) => (/[A-F]/.test(digit) ? `[${digit}${digit.toLowerCase()}]` : digit)).join('')
-}
-
-/** Matches a literal segment in every spelling an upstream decodes to the same characters. */
-function literalSource(segment: string): string {
-  let source = ''
-  for (let i = 0; i < segment.length; i++) {
-    let char = segment[i]!
-    if (char === '%') {
-      char = decodeEscape(segment.slice(i + 1, i + 3))
-      i += 2
-      if (!SUB_DELIMS.includes(char)) { source += escapeSource(char); continue }
-    }
-    source += SUB_DELIMS.includes(char) ? `(?:${escapeRegex(char)}|${escapeSource(char)})` : escapeRegex(char)
-  }
-  return source
-}
-
-function compilePattern(pattern: string): { regex: RegExp; rank: number[] } | string {
-  if (pattern === '/') return { regex: /^\/$/, rank: [] }
+function compilePattern(pattern: string): { segments: string[]; rank: number[] } | string {
+  if (pattern === '/') return { segments: [''], rank: [] }
   const segments = pattern.slice(1).split('/')
-  let source = '^'
   const rank: number[] = []
   for (const [i, segment] of segments.entries()) {
     if (segment === '**') {
       if (segments[i - 1] === '**') return 'has "**" twice in a row'
-      source += '(?:/.*)?'
       rank.push(GLOBSTAR)
     } else if (segment === '*') {
-      source += '/[^/]+'
       rank.push(STAR)
     } else {
       if (segment.includes('*')) return `segment "${segment}": "*" and "**" must be whole segments`
@@ -105,11 +58,10 @@ function compilePattern(pattern: string): { regex: RegExp; rank: number[] } | st
       if (segment === '.' || segment === '..') return 'has a dot-segment'
       // A literal the request hygiene refuses could never match: say so at load time.
       if (!LITERAL_SEGMENT.test(segment) || pathProblem(`/${segment}`)) return `segment "${segment}" has a character a request path cannot carry`
-      source += '/' + literalSource(segment)
       rank.push(LITERAL)
     }
   }
-  return { regex: new RegExp(source + '$'), rank }
+  return { segments: segments.map((segment) => (segment.includes('%') ? canonicalSegment(segment) : segment)), rank }
 }
 
 /** Literal beats `*` beats the pattern's end beats `**`, segment by segment from the left. */
@@ -121,7 +73,7 @@ function compareRank(a: readonly number[], b: readonly number[]): number {
   return 0
 }
 
-/** Whether some path matches both patterns (segments as from {@link patternSegments}). */
+/** Whether some path matches both patterns (as {@link CompiledRule.segments}). */
 function patternsOverlap(a: readonly string[], b: readonly string[]): boolean {
   const seen = new Set<number>()
   const one = (x: string, y: string) => x === y || (x === '*' && y !== '') || (y === '*' && x !== '')
@@ -188,10 +140,10 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
         ? a.methods === b.methods
         : [...a.methods].some((method) => b.methods!.has(method))
       if (!methodsOverlap) continue
-      const samePattern = a.regex.source === b.regex.source
+      const samePattern = a.segments.length === b.segments.length && a.segments.every((segment, k) => segment === b.segments[k])
       // Equally specific patterns that differ can still share paths once a `**` shifts a literal
       // (`/**/a/**` and `/**/b/**` both match /a/b): no specificity order resolves those either.
-      if (!samePattern && !patternsOverlap(patternSegments(a.path), patternSegments(b.path))) continue
+      if (!samePattern && !patternsOverlap(a.segments, b.segments)) continue
       const later = a.index > b.index ? a : b
       const earlier = later === a ? b : a
       problems.push({

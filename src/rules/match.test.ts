@@ -240,3 +240,113 @@ describe('compile problems', () => {
     ])
   })
 })
+
+const SUB_DELIMS = "!$&'()*+,=:@"
+
+/** The matcher before issue 15, kept as the reference: the backtracking regex compilePattern built. */
+function referenceRegex(pattern: string): RegExp {
+  if (pattern === '/') return /^\/$/
+  const escapeRegex = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+  const escapeSource = (char: string) => '%' + [...char.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')]
+    .map((digit) => (/[A-F]/.test(digit) ? `[${digit}${digit.toLowerCase()}]` : digit)).join('')
+  const literalSource = (segment: string) => {
+    let source = ''
+    for (let i = 0; i < segment.length; i++) {
+      let char = segment[i]!
+      if (char === '%') {
+        char = String.fromCharCode(parseInt(segment.slice(i + 1, i + 3), 16))
+        i += 2
+        if (!SUB_DELIMS.includes(char)) { source += escapeSource(char); continue }
+      }
+      source += SUB_DELIMS.includes(char) ? `(?:${escapeRegex(char)}|${escapeSource(char)})` : escapeRegex(char)
+    }
+    return source
+  }
+  const source = pattern.slice(1).split('/')
+    .map((segment) => (segment === '**' ? '(?:/.*)?' : segment === '*' ? '/[^/]+' : '/' + literalSource(segment))).join('')
+  return new RegExp(`^${source}$`)
+}
+
+/** mulberry32: the same sequence on every run, so a failing case can be replayed. */
+function seeded(seed: number): () => number {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+describe('issue 15: matching takes time linear in the path', () => {
+  it('agrees with the regex it replaced on 10,000 random patterns and paths', () => {
+    const random = seeded(15)
+    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!
+    const literals = ['a', 'b', 'x:y', 'x%3Ay', 'x%3ay', 'caf%C3%A9', 'caf%c3%a9', '%2A', 'a%2ab', '(v1.0)+', "$&'@"]
+    // Beyond the literals' spellings: an empty segment, wildcard look-alikes, and escapes the hygiene refuses.
+    const others = ['', 'c', '*', '**', 'a*b', '%', 'x%3', '%zz', '%%3A', 'x%3A%3a', 'caf%C3']
+    /** The same characters as `literal`, each sub-delim and escape spelled at random. */
+    const respell = (literal: string) => literal.replace(/%[0-9A-Fa-f]{2}|[!$&'()*+,=:@]/g, (piece) => {
+      const char = piece.length === 1 ? piece : String.fromCharCode(parseInt(piece.slice(1), 16))
+      const hex = char.charCodeAt(0).toString(16)
+      const escapes = [`%${hex.toUpperCase()}`, `%${hex}`]
+      return pick(SUB_DELIMS.includes(char) ? [char, ...escapes] : escapes)
+    })
+    const randomPattern = () => {
+      const segments: string[] = []
+      for (let i = Math.floor(random() * 6); i > 0; i--) {
+        const segment = pick(['**', '*', 'literal', 'literal'])
+        if (segment === '**' && segments.at(-1) === '**') continue
+        segments.push(segment === 'literal' ? pick(literals) : segment)
+      }
+      if (random() < 0.15) segments.push('')   // a trailing slash; `/` when alone
+      return `/${segments.join('/')}`
+    }
+    const randomSegment = () => (random() < 0.7 ? respell(pick(literals)) : pick(others))
+    /** Mostly a path the pattern could match, spelled differently, sometimes with one segment changed. */
+    const randomPath = (pattern: string) => {
+      if (random() < 0.3) return `/${Array.from({ length: Math.floor(random() * 7) }, randomSegment).join('/')}`
+      const segments = pattern.slice(1).split('/').flatMap((segment) => {
+        if (segment === '**') return Array.from({ length: Math.floor(random() * 4) }, randomSegment)
+        if (segment === '*') return [randomSegment()]
+        return [respell(segment)]
+      })
+      if (random() < 0.3) segments[Math.floor(random() * segments.length)] = randomSegment()
+      return `/${segments.join('/')}`
+    }
+    const mismatches: string[] = []
+    let matched = 0
+    for (let p = 0; p < 400; p++) {
+      const pattern = randomPattern()
+      const rules = table({ path: pattern })
+      const reference = referenceRegex(pattern)
+      for (let q = 0; q < 25; q++) {
+        const path = randomPath(pattern)
+        const expected = reference.test(path)
+        if ((winner(rules, 'GET', path) !== undefined) !== expected) mismatches.push(`${pattern} ${path} should ${expected ? '' : 'not '}match`)
+        if (expected) matched++
+      }
+    }
+    expect(mismatches.slice(0, 10)).toEqual([])
+    // Both outcomes are well represented, or the comparison proves little.
+    expect(matched).toBeGreaterThan(2_000)
+    expect(matched).toBeLessThan(8_000)
+  })
+
+  it('matches a 16 KiB path against /**/x/**/y/**/z in well under a millisecond', () => {
+    const rules = table({ id: 'xyz', path: '/**/x/**/y/**/z' })
+    const path = '/x/y'.repeat(4096)   // 16 KiB that never ends in /z: a backtracking regex tries every split
+    expect(path).toHaveLength(16_384)
+    expect(winner(rules, 'GET', `${path}/z`)).toBe('xyz')
+    const times: number[] = []
+    for (let run = 0; run < 9; run++) {
+      const started = performance.now()
+      const rule = matchRule(rules, 'GET', path)
+      times.push(performance.now() - started)
+      expect(rule).toBeUndefined()
+      if (times.at(-1)! > 100) break   // the regex took a minute for one run: no need to wait for nine
+    }
+    const median = times.sort((a, b) => a - b)[Math.floor(times.length / 2)]!
+    // The issue asks for under 1 ms (0.25 ms measured); 5 ms leaves room for a loaded CI machine.
+    expect(median).toBeLessThan(5)
+  })
+})

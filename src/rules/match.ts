@@ -1,5 +1,6 @@
 import { HTTP_METHODS } from '../config/schema.js'
 import type { CompiledRule } from './compile.js'
+import { matchSegments, splitPath } from './segments.js'
 
 /**
  * The methods a route can name; a route without `methods` means all of these. Anything else (TRACE,
@@ -7,20 +8,23 @@ import type { CompiledRule } from './compile.js'
  */
 const ROUTABLE_METHODS: ReadonlySet<string> = new Set(HTTP_METHODS)
 
-/** The most specific rule for this method and path, or undefined (then see {@link allowedMethods}). */
+/** The most specific rule for this method and (origin-form) path, or undefined (then see {@link allowedMethods}). */
 export function matchRule(rules: readonly CompiledRule[], method: string, path: string): CompiledRule | undefined {
-  if (!ROUTABLE_METHODS.has(method)) return undefined
+  if (!ROUTABLE_METHODS.has(method) || !path.startsWith('/')) return undefined
+  const segments = splitPath(path)
   for (const rule of rules) {
-    if ((rule.methods === null || rule.methods.has(method)) && rule.regex.test(path)) return rule
+    if ((rule.methods === null || rule.methods.has(method)) && matchSegments(rule.segments, segments)) return rule
   }
   return undefined
 }
 
 /** Methods some rule accepts for this path: empty means 404, otherwise 405 with this `Allow`. */
 export function allowedMethods(rules: readonly CompiledRule[], path: string): string[] {
+  if (!path.startsWith('/')) return []
+  const segments = splitPath(path)
   const allowed = new Set<string>()
   for (const rule of rules) {
-    if (!rule.regex.test(path)) continue
+    if (!matchSegments(rule.segments, segments)) continue
     for (const method of rule.methods ?? ROUTABLE_METHODS) allowed.add(method)
   }
   return [...allowed]
