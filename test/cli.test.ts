@@ -119,8 +119,8 @@ issuers:
     })
   })
 
-  it('prints a warning for an http:// issuer and jwks_uri off loopback, and still exits 0', async () => {
-    const file = writeTemp('http-issuer.yaml', `${GOOD}issuers:
+  it('prints a warning for an http:// issuer and jwks_uri off loopback once server.allow_insecure_http allows them, and still exits 0', async () => {
+    const file = writeTemp('http-issuer.yaml', `${GOOD}server:\n  allow_insecure_http: true\nissuers:
   - issuer: "http://idp.example.com/"
     jwks_uri: "http://keys.example.com/jwks"
     audience: ["orders-api"]

@@ -6,6 +6,7 @@ import { ConfigError, loadConfig, loadConfigFile, type ConfigIssue } from '../sr
 import { configWarnings } from '../src/config/lint.js'
 import { parseDuration, parseSize } from '../src/config/units.js'
 import { compileRules } from '../src/rules/compile.js'
+import { CLI, spawnProcess } from './support/cli.js'
 
 const FILE = 'portcullis.yaml'
 
@@ -462,8 +463,10 @@ describe('configWarnings', () => {
     expect(warningsFor('')).toEqual([])
   })
 
-  it('warns about an http:// issuer and jwks_uri off loopback, and not on loopback or https', () => {
+  it('warns about an http:// issuer and jwks_uri off loopback once allowed, and not on loopback or https', () => {
     const issuers = yaml(`
+server:
+  allow_insecure_http: true
 issuers:
   - issuer: "http://idp.example.com/"
     jwks_uri: "http://idp.example.com/jwks"
@@ -488,9 +491,10 @@ issuers:
 describe('authorization_server', () => {
   const base = (issuer: string) => `upstreams:\n  main:\n    url: "http://127.0.0.1:9001"\nroutes:\n  - id: all\n    path: "/**"\n    upstream: main\nauthorization_server:\n  enabled: true\n  issuer: "${issuer}"\n  store:\n    type: memory\n`
 
-  it('G-02 warns about an http issuer off loopback, not on loopback', async () => {
+  it('G-02 warns about an http issuer off loopback (once allowed), not on loopback', async () => {
     const { configWarnings } = await import('../src/config/lint.js')
-    expect(configWarnings(loadConfig('as.yaml', base('http://auth.example.com'), {})).join('\n')).toMatch(/authorization_server\.issuer uses http:\/\/ off loopback/)
+    const allowed = `${base('http://auth.example.com')}server:\n  allow_insecure_http: true\n`
+    expect(configWarnings(loadConfig('as.yaml', allowed, {})).join('\n')).toMatch(/authorization_server\.issuer uses http:\/\/ off loopback/)
     expect(configWarnings(loadConfig('as.yaml', base('http://127.0.0.1:8080'), {})).join('\n')).not.toMatch(/authorization_server/)
     expect(configWarnings(loadConfig('as.yaml', base('https://auth.example.com'), {}))).toEqual([])
   })
@@ -532,5 +536,94 @@ describe('authorization_server', () => {
     const error = (() => { try { loadConfig('as.yaml', text, {}); return undefined } catch (e) { return e as Error } })()
     expect(error?.message).toMatch(/users\[0\]\.username: subject "alice" equals a client_id/)
     expect(error?.message).toMatch(/clients\[0\]\.grant_types: client_credentials needs a confidential client/)
+  })
+})
+
+describe('issue 15 item 12: keys, secrets and tokens never cross the network in clear text unless the file says so', () => {
+  const REFUSED = 'use https://, or set server.allow_insecure_http: true'
+  const issuer = (lines: string) => MINIMAL + yaml(`
+issuers:
+  - issuer: "https://idp.example.com/"
+    audience: ["a"]
+`) + lines
+
+  it('refuses an http:// jwks_uri off loopback, at its line and column', () => {
+    expect(issuesOf(issuer('    jwks_uri: "http://keys.example.com/jwks"\n'))).toEqual([{
+      line: 11, col: 15, path: 'issuers[0].jwks_uri',
+      message: `uses http:// off loopback (keys.example.com): the signing keys could be replaced in transit; ${REFUSED}`,
+    }])
+  })
+
+  it('refuses an http:// introspection endpoint, a discovery issuer and an embedded issuer off loopback', () => {
+    const text = MINIMAL + yaml(`
+issuers:
+  - issuer: "http://idp.example.com:8080/"
+    discovery: true
+    audience: ["a"]
+    introspection:
+      endpoint: "http://10.0.0.5/introspect"
+      client_id: gateway
+      client_secret: gateway-secret
+authorization_server:
+  enabled: true
+  issuer: "http://auth.example.com"
+  store:
+    type: memory
+`)
+    expect(issuesOf(text).map(({ line, col, path: at, message }) => `${line}:${col} ${at}: ${message}`)).toEqual([
+      `9:13 issuers[0].issuer: uses http:// off loopback (idp.example.com:8080): the discovery metadata, which names the key set, could be replaced in transit; ${REFUSED}`,
+      `13:17 issuers[0].introspection.endpoint: uses http:// off loopback (10.0.0.5): the client secret and every token sent there would cross the network in clear text; ${REFUSED}`,
+      `18:11 authorization_server.issuer: uses http:// off loopback (auth.example.com): clients would send their secrets, passwords and tokens in clear text; ${REFUSED}`,
+    ])
+  })
+
+  it('accepts http:// on loopback (127.0.0.0/8, ::1, localhost), https://, and an http:// issuer that is only compared with iss', () => {
+    for (const url of ['http://127.0.0.2:9000/jwks', 'http://[::1]:9000/jwks', 'http://localhost:9000/jwks', 'https://keys.example.com/jwks']) {
+      expect(() => loadConfig(FILE, issuer(`    jwks_uri: "${url}"\n`), {}), url).not.toThrow()
+    }
+    const plainIss = issuer('    jwks_uri: "https://keys.example.com/jwks"\n').replace('https://idp.example.com/', 'http://idp.example.com/')
+    expect(configWarnings(loadConfig(FILE, plainIss, {}))).toEqual([
+      'issuers[0].issuer uses http:// off loopback (idp.example.com): keys or tokens can be tampered with in transit',
+    ])
+  })
+
+  it('server.allow_insecure_http: true accepts them, and each is still warned about', () => {
+    const text = `server:\n  allow_insecure_http: true\n${issuer('    jwks_uri: "http://keys.example.com/jwks"\n')}`
+    expect(configWarnings(loadConfig(FILE, text, {}))).toEqual([
+      'issuers[0].jwks_uri uses http:// off loopback (keys.example.com): keys or tokens can be tampered with in transit',
+    ])
+    expect(issuesOf(`server:\n  allow_insecure_http: "yes"\n${MINIMAL}`)).toEqual([
+      { line: 2, col: 24, path: 'server.allow_insecure_http', message: 'must be boolean' },
+    ])
+  })
+
+  it('portcullis start refuses the file: the problem on stderr, exit 1', async ({ onTestFinished }) => {
+    const file = path.join(tempDir(), 'portcullis.yaml')
+    writeFileSync(file, `server:\n  listen: "127.0.0.1:0"\n${issuer('    jwks_uri: "http://keys.example.com/jwks"\n')}`)
+    const start = spawnProcess(process.execPath, [CLI, 'start', '--config', file], { env: { PATH: process.env.PATH } })
+    onTestFinished(() => start.kill())
+    const { code } = await start.exited
+    expect(code).toBe(1)
+    expect(start.output().stderr).toBe(`${file}:13:15  issuers[0].jwks_uri: uses http:// off loopback (keys.example.com): the signing keys could be replaced in transit; ${REFUSED}\n`)
+  })
+})
+
+describe('issue 15 item 12: a catch-all route without authentication is warned about', () => {
+  const routes = (lines: string) => `upstreams:\n  main:\n    url: "http://127.0.0.1:9001"\nroutes:\n${lines}`
+
+  it('warns about path "/**" with auth: none', () => {
+    expect(configWarnings(loadConfig(FILE, routes('  - { id: orders, path: "/orders/**", upstream: main }\n  - { id: open, path: "/**", upstream: main, auth: none }\n'), {}))).toEqual([
+      'routes[1] (open) is a catch-all "/**" with auth: none: every request no other route matches reaches upstream main without a token',
+    ])
+    expect(configWarnings(loadConfig(FILE, routes('  - { id: open-get, path: "/**", methods: [GET, OPTIONS], upstream: main, auth: none }\n'), {}))).toHaveLength(1)
+  })
+
+  it('does not warn about a catch-all that needs a token, a narrower anonymous route, or a preflight-only catch-all', () => {
+    const quiet = routes([
+      '  - { id: all, path: "/**", upstream: main, auth: optional }',
+      '  - { id: public, path: "/public/**", upstream: main, auth: none }',
+      '  - { id: preflight, path: "/**", methods: [OPTIONS], upstream: main, auth: none }',
+    ].join('\n') + '\n')
+    expect(configWarnings(loadConfig(FILE, quiet, {}))).toEqual([])
   })
 })

@@ -5,8 +5,10 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import http from 'node:http'
 import https from 'node:https'
-import type { AddressInfo } from 'node:net'
+import net, { type AddressInfo } from 'node:net'
+import tls from 'node:tls'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { Writable } from 'node:stream'
@@ -360,5 +362,106 @@ describe('signals (the compiled CLI)', () => {
     // The upstream would have answered 200: the connection was closed at the timeout instead.
     expect(await slow).toBe('cut')
     expect(lines.some((line) => line.includes('shutdown timeout'))).toBe(true)
+  })
+})
+
+describe('issue 15 item 11: shutdown waits only for requests in flight (the compiled CLI)', () => {
+  /** The CLI on a known port, having served one request; `stop` sends SIGTERM and times the way out. */
+  async function serving(context: TestContext) {
+    const { upstream, issuer } = await fixtures(context)
+    const port = await closedPort()
+    const cli = await startCli(context, stringify({ ...config(upstream, issuer), server: { listen: `127.0.0.1:${port}` }, admin: undefined }))
+    const token = await issuer.sign({ scope: 'orders:read' })
+    await waitFor(async () => (await get(`http://127.0.0.1:${port}/orders/1`, token).catch(() => ({ status: 0 }))).status === 200)
+    const stop = async () => {
+      const sent = Date.now()
+      cli.child.kill('SIGTERM')
+      const code = await cli.exited
+      const exitedMs = Date.now() - sent
+      const done = cli.lines.map((line) => JSON.parse(line) as { msg?: string; time?: number }).find((entry) => entry.msg === 'shut down')
+      // `drainedMs` is ours (SIGTERM to the 'shut down' line); `exitedMs` adds node's own teardown, up to ~1 s on a busy machine.
+      return { code, drainedMs: done?.time === undefined ? Infinity : done.time - sent, exitedMs }
+    }
+    return { upstream, port, token, stop }
+  }
+
+  /** A TCP connection that has sent nothing, as a browser's preconnect; resolves once connected. */
+  async function openSocket(port: number): Promise<{ socket: net.Socket; closed: Promise<number> }> {
+    const socket = net.connect(port, '127.0.0.1')
+    socket.on('error', () => {})
+    const closed = new Promise<number>((resolve) => socket.on('close', () => resolve(Date.now())))
+    await new Promise((resolve) => socket.once('connect', resolve))
+    return { socket, closed }
+  }
+
+  /** GET over a keep-alive agent: the connection stays open, idle, in the agent's pool afterwards. */
+  function keepAliveGet(agent: http.Agent, port: number, pathname: string, token: string) {
+    return new Promise<{ status: number; connection: string | undefined; body: string }>((resolve, reject) => {
+      http.get({ host: '127.0.0.1', port, path: pathname, agent, headers: { authorization: `Bearer ${token}` } }, (res) => {
+        let body = ''
+        res.setEncoding('utf8').on('data', (chunk: string) => { body += chunk })
+        res.on('end', () => resolve({ status: res.statusCode!, connection: res.headers.connection, body }))
+      }).on('error', reject)
+    })
+  }
+
+  it('a connection that never sent a request does not hold SIGTERM: shut down within 1 s, exit 0', async (context) => {
+    const s = await serving(context)
+    const idle = await openSocket(s.port)
+    context.onTestFinished(() => { idle.socket.destroy() })
+    const { code, drainedMs, exitedMs } = await s.stop()
+    expect(code).toBe(0)
+    expect(drainedMs).toBeLessThan(1000)
+    expect(exitedMs).toBeLessThan(3000)
+  })
+
+  it('an idle keep-alive connection does not hold SIGTERM: shut down within 1 s, exit 0', async (context) => {
+    const s = await serving(context)
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+    context.onTestFinished(() => agent.destroy())
+    const first = await keepAliveGet(agent, s.port, '/orders/1', s.token)
+    expect([first.status, first.connection]).toEqual([200, 'keep-alive'])
+    expect(Object.values(agent.freeSockets).flat()).toHaveLength(1)
+    const { code, drainedMs, exitedMs } = await s.stop()
+    expect(code).toBe(0)
+    expect(drainedMs).toBeLessThan(1000)
+    expect(exitedMs).toBeLessThan(3000)
+  })
+
+  it('with TLS, neither an idle TLS connection nor a TCP connection still before its handshake holds the shutdown', async (context) => {
+    const { upstream, issuer } = await fixtures(context)
+    const ca = createTestCa()
+    context.onTestFinished(() => ca.remove())
+    const cert = ca.issue('gateway', ['IP:127.0.0.1'])
+    const s = await start(context, { ...config(upstream, issuer), server: { listen: '127.0.0.1:0', tls: { cert_file: cert.certFile, key_file: cert.keyFile } } }, { watch: false })
+    const port = (s.running.gateway.server.address() as AddressInfo).port
+    const secure = tls.connect({ host: '127.0.0.1', port, ca: ca.ca })
+    const bare = await openSocket(port)
+    context.onTestFinished(() => { secure.destroy(); bare.socket.destroy() })
+    secure.on('error', () => {})
+    await new Promise((resolve) => secure.once('secureConnect', resolve))
+    const started = Date.now()
+    await s.running.shutdown('test')
+    expect(Date.now() - started).toBeLessThan(1000)
+    await bare.closed
+  })
+
+  it('a request in flight finishes with 200 and Connection: close while idle connections close at once; then exit 0', async (context) => {
+    const s = await serving(context)
+    const agent = new http.Agent({ keepAlive: true })
+    context.onTestFinished(() => agent.destroy())
+    const idle = await openSocket(s.port)
+    context.onTestFinished(() => { idle.socket.destroy() })
+    const slow = keepAliveGet(agent, s.port, '/slow/1', s.token).then((res) => ({ ...res, at: Date.now() }))
+    await waitFor(() => s.upstream.requests.some((request) => request.url === '/slow/1'))
+    const stopped = s.stop()
+    const res = await slow
+    expect(res.status).toBe(200)
+    expect(JSON.parse(res.body)).toMatchObject({ url: '/slow/1' })
+    // RFC 9112 §9.6: the client learns the connection ends here, and does not send another request on it.
+    expect(res.connection).toBe('close')
+    expect(await idle.closed).toBeLessThan(res.at)
+    expect((await stopped).code).toBe(0)
+    expect(Date.now() - res.at).toBeLessThan(3000)
   })
 })

@@ -36,8 +36,47 @@ function badPort(listen: string | undefined): boolean {
   return listen !== undefined && Number(listen.slice(listen.lastIndexOf(':') + 1)) > 65535
 }
 
+function isLoopbackHost(host: string): boolean {
+  const bare = host.replace(/^\[|\]$/g, '')
+  return bare === 'localhost' || bare === '::1' || /^127\./.test(bare)
+}
+
+/** The host of an http:// URL that is not loopback (127.0.0.0/8, ::1, localhost), else undefined. */
+function cleartextHost(value: string | undefined): string | undefined {
+  if (!value?.startsWith('http://') || !URL.canParse(value)) return undefined
+  const url = new URL(value)
+  return isLoopbackHost(url.hostname) ? undefined : url.host
+}
+
+/**
+ * The http:// URLs off loopback that would carry keys, tokens or client secrets, and what crossing the
+ * network in clear text exposes: errors unless `server.allow_insecure_http` (RFC 7662 §4: introspection
+ * MUST use TLS; RFC 8414 §2: an issuer is an https URL).
+ */
+function cleartextUrls(config: GatewayConfig): Array<{ path: Array<string | number>; host: string; exposes: string }> {
+  const found: Array<{ path: Array<string | number>; host: string; exposes: string }> = []
+  const add = (path: Array<string | number>, value: string | undefined, exposes: string) => {
+    const host = cleartextHost(value)
+    if (host !== undefined) found.push({ path, host, exposes })
+  }
+  ;(config.issuers ?? []).forEach((issuer, index) => {
+    // Without discovery, `issuer` is only compared with `iss`: nothing is fetched from it.
+    if (issuer.discovery) add(['issuers', index, 'issuer'], issuer.issuer, 'the discovery metadata, which names the key set, could be replaced in transit')
+    add(['issuers', index, 'jwks_uri'], issuer.jwks_uri, 'the signing keys could be replaced in transit')
+    add(['issuers', index, 'introspection', 'endpoint'], issuer.introspection?.endpoint, 'the client secret and every token sent there would cross the network in clear text')
+  })
+  const as = config.authorization_server
+  if (as?.enabled) add(['authorization_server', 'issuer'], as.issuer, 'clients would send their secrets, passwords and tokens in clear text')
+  return found
+}
+
 export function lintConfig(config: GatewayConfig): LintProblem[] {
   const problems: LintProblem[] = [...compileRules(config).problems]
+  if (!config.server?.allow_insecure_http) {
+    for (const { path, host, exposes } of cleartextUrls(config)) {
+      problems.push({ path, message: `uses http:// off loopback (${host}): ${exposes}; use https://, or set server.allow_insecure_http: true` })
+    }
+  }
   if (badPort(config.server?.listen)) problems.push({ path: ['server', 'listen'], message: 'the port must be at most 65535' })
   if (badPort(config.admin?.listen)) problems.push({ path: ['admin', 'listen'], message: 'the port must be at most 65535' })
   if (config.server?.public_url !== undefined && badUrl(config.server.public_url)) {
@@ -100,11 +139,6 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
   return problems
 }
 
-function isLoopbackHost(host: string): boolean {
-  const bare = host.replace(/^\[|\]$/g, '')
-  return bare === 'localhost' || bare === '::1' || /^127\./.test(bare)
-}
-
 /** Insecure but legal settings: logged at start and printed by `portcullis check`. */
 export function configWarnings(config: GatewayConfig): string[] {
   const warnings: string[] = []
@@ -120,6 +154,14 @@ export function configWarnings(config: GatewayConfig): string[] {
       if (!value?.startsWith('http://') || !URL.canParse(value)) continue
       const url = new URL(value)
       if (!isLoopbackHost(url.hostname)) warnings.push(`issuers[${index}].${key} uses http:// off loopback (${url.host}): keys or tokens can be tampered with in transit`)
+    }
+  })
+  // More specific routes win, so `/**` is the fallback: with auth: none, whatever no other route covers (a
+  // path added upstream tomorrow) is open. A preflight-only catch-all (methods: [OPTIONS]) is the usual CORS setup.
+  config.routes.forEach((route, index) => {
+    const anyMethod = route.methods?.some((method) => method !== 'OPTIONS') ?? true
+    if (route.path === '/**' && route.auth === 'none' && anyMethod) {
+      warnings.push(`routes[${index}] (${route.id}) is a catch-all "/**" with auth: none: every request no other route matches reaches upstream ${route.upstream} without a token`)
     }
   })
   // Checklist JW-05: clients cache a JWKS for up to 5 minutes; a shorter publish delay can make them

@@ -45,6 +45,8 @@ const Server = Strict({
   realm: Type.Optional(Type.String({ pattern: '^[\\x20\\x21\\x23-\\x5b\\x5d-\\x7e]*$', 'x-message': 'must be printable ASCII without quotes or backslashes' })),
   tls: Type.Optional(Strict({ cert_file: NonEmpty, key_file: NonEmpty })),
   shutdown_timeout: Type.Optional(Duration),
+  // http:// off loopback for issuer keys, discovery, introspection and the embedded issuer (lint.ts): an error without it.
+  allow_insecure_http: Type.Optional(Type.Boolean()),
   body_buffer_size: Type.Optional(Size),
   body_timeout: Type.Optional(Duration),
   body_min_rate: Type.Optional(Size),

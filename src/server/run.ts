@@ -5,6 +5,9 @@
  */
 import { createHash } from 'node:crypto'
 import { readFileSync, watch, type FSWatcher } from 'node:fs'
+import type { IncomingMessage, Server, ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
+import { Server as TlsServer } from 'node:tls'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import { ConfigError, loadConfig } from '../config/load.js'
@@ -23,7 +26,10 @@ export interface RunningPortcullis {
   config(): GatewayConfig
   /** Re-reads the file and applies it; false (old config kept) when it is invalid or cannot be applied. */
   reload(trigger?: string): Promise<boolean>
-  /** Stops accepting, lets requests in flight finish for up to `server.shutdown_timeout`, closes the store. */
+  /**
+   * Stops accepting and closes the connections without a request in flight; the requests in flight get up to
+   * `server.shutdown_timeout` to finish (answered with `Connection: close`); then closes the store.
+   */
   shutdown(signal?: string): Promise<void>
 }
 
@@ -43,6 +49,61 @@ export function parseListen(listen: string): { host: string; port: number } {
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
+/** How often a draining server closes the connections that have gone idle. */
+const DRAIN_TICK_MS = 100
+
+/**
+ * A listener's connections, for a shutdown that waits for requests, not for connections. Node's
+ * closeIdleConnections() closes a keep-alive connection between two requests, but not one that has not sent
+ * a request yet (a browser's preconnect): server.close() would wait for that one until the shutdown timeout.
+ */
+function trackConnections(server: Server) {
+  const secure = server instanceof TlsServer
+  /** Per socket that carries HTTP (with TLS, the TLS socket): the response to its latest request; none before the first. */
+  const latest = new Map<Socket, ServerResponse | undefined>()
+  /** TCP connections whose TLS handshake is not done yet, by remote address: no HTTP socket exists for them. */
+  const handshaking = new Map<string, Socket>()
+  const remote = (socket: Socket) => `${socket.remoteAddress}|${socket.remotePort}`
+  let draining = false
+  const track = (socket: Socket) => {
+    latest.set(socket, undefined)
+    socket.once('close', () => latest.delete(socket))
+  }
+  server.on('connection', (socket: Socket) => {
+    if (!secure) return track(socket)
+    const key = remote(socket)
+    handshaking.set(key, socket)
+    socket.once('close', () => { if (handshaking.get(key) === socket) handshaking.delete(key) })
+  })
+  server.on('secureConnection', (socket: Socket) => {
+    handshaking.delete(remote(socket))
+    track(socket)
+  })
+  // First of the 'request' listeners, so that no answer is under way yet. Per request: one Map write, no closure.
+  const onRequest = (req: IncomingMessage, res: ServerResponse) => {
+    if (latest.has(req.socket)) latest.set(req.socket, res)
+    // RFC 9112 §9.6: an answer that starts while draining says `Connection: close`; node ends the socket after it.
+    if (draining) res.shouldKeepAlive = false
+  }
+  server.prependListener('request', onRequest)
+  // `Expect: 100-continue` requests come as 'checkContinue' instead (gateway.ts answers them).
+  server.prependListener('checkContinue', onRequest)
+  const closeIdle = () => {
+    server.closeIdleConnections()
+    for (const [socket, res] of latest) if (res === undefined) socket.destroy()
+    for (const socket of handshaking.values()) socket.destroy()
+  }
+  return {
+    /** Closes the connections without a request in flight, now and every tick after; answers under way end with Connection: close. */
+    drain(): NodeJS.Timeout {
+      draining = true
+      for (const res of latest.values()) if (res !== undefined && !res.headersSent) res.shouldKeepAlive = false
+      closeIdle()
+      return setInterval(closeIdle, DRAIN_TICK_MS)
+    },
+  }
+}
+
 /** Loads `file`, builds and starts everything; throws ConfigError for a bad file. */
 export async function runPortcullis(file: string, options: RunOptions = {}): Promise<RunningPortcullis> {
   const env = options.env ?? process.env
@@ -50,6 +111,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
   let config = loadConfig(file, text, env)
   const gateway = await buildGateway(config, options)
   const log = gateway.log.child({ component: 'lifecycle' })
+  const listeners = [trackConnections(gateway.server)]
   gateway.metrics.setConfig(sha256(text), Date.now())
   const listen = parseListen(config.server?.listen ?? '127.0.0.1:8080')
   await gateway.listen({ host: listen.host, port: options.port ?? listen.port })
@@ -57,6 +119,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
   if (config.admin?.listen !== undefined) {
     try {
       admin = await buildAdmin(gateway, () => config)
+      listeners.push(trackConnections(admin.server))
       const at = parseListen(config.admin.listen)
       await admin.listen({ host: at.host, port: options.adminPort ?? at.port })
     } catch (error) {
@@ -122,17 +185,18 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
     log.info({ signal, timeoutMs }, 'shutting down: draining requests in flight')
     watcher?.close()
     clearTimeout(debounce)
-    const server = gateway.server
-    // Keep-alive connections that go idle while draining are closed as they do; past the timeout, all are.
-    const idle = setInterval(() => server.closeIdleConnections(), 100)
+    // Connections without a request in flight close now, the others as their last answer ends; past the
+    // timeout, all do.
+    const ticks = listeners.map((listener) => listener.drain())
     const force = setTimeout(() => {
       log.warn('shutdown timeout: closing the connections still open')
-      server.closeAllConnections()
+      gateway.server.closeAllConnections()
+      admin?.server.closeAllConnections()
     }, timeoutMs)
     try {
       await Promise.all([gateway.close(), admin?.close()])
     } finally {
-      clearInterval(idle)
+      for (const tick of ticks) clearInterval(tick)
       clearTimeout(force)
     }
     log.info('shut down')
