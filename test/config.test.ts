@@ -205,6 +205,15 @@ routes: []
     expect(issuesOf(MINIMAL + 'log:\n  buffer: lots\n').map((issue) => issue.path)).toEqual(['log.buffer'])
   })
 
+  it('takes the body and queue bounds of issue 15 and reports values that would refuse every body or wait', () => {
+    const server = MINIMAL + 'server:\n  body_buffer_size: 1mb\n  body_timeout: 30s\n  body_min_rate: 0b\n'
+    expect(loadConfig(FILE, server, {}).server).toEqual({ body_buffer_size: '1mb', body_timeout: '30s', body_min_rate: '0b' })
+    expect(issuesOf(MINIMAL + 'server:\n  body_buffer_size: 17mb\n  body_timeout: 0s\n').map((issue) => issue.path))
+      .toEqual(['server.body_buffer_size', 'server.body_timeout'])
+    expect(issuesOf(MINIMAL.replace('url: "http://127.0.0.1:9001"', 'url: "http://127.0.0.1:9001"\n    queue_timeout: 0s')).map((issue) => issue.path))
+      .toEqual(['upstreams.main.queue_timeout'])
+  })
+
   it('reports every problem in one file, in file order', () => {
     const text = yaml(`
 upstreams:

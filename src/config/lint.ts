@@ -135,6 +135,18 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
   if (logBuffer !== undefined && parseSize(logBuffer) > MAX_LOG_BUFFER) problems.push({ path: ['log', 'buffer'], message: 'must be at most 64kb' })
   const flushMs = config.log?.flush_interval === undefined ? undefined : parseDuration(config.log.flush_interval)
   if (flushMs !== undefined && (flushMs < 10 || flushMs > 60_000)) problems.push({ path: ['log', 'flush_interval'], message: 'must be between 10ms and 1m' })
+  // A body timeout or queue wait of 0 would refuse every body, or every request that finds the pool busy.
+  const bodyTimeout = config.server?.body_timeout
+  if (bodyTimeout !== undefined && parseDuration(bodyTimeout) < 100) problems.push({ path: ['server', 'body_timeout'], message: 'must be at least 100ms' })
+  const bodyBuffer = config.server?.body_buffer_size
+  if (bodyBuffer !== undefined && parseSize(bodyBuffer) > 16 * 1024 * 1024) {
+    problems.push({ path: ['server', 'body_buffer_size'], message: 'must be at most 16mb (each request in flight may hold this much memory)' })
+  }
+  for (const [name, upstream] of Object.entries(config.upstreams)) {
+    if (upstream.queue_timeout !== undefined && parseDuration(upstream.queue_timeout) < 10) {
+      problems.push({ path: ['upstreams', name, 'queue_timeout'], message: 'must be at least 10ms' })
+    }
+  }
   problems.push(...lintAuthorizationServer(config))
   return problems
 }
