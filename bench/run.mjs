@@ -11,6 +11,7 @@
 //
 // Options: --quick, --duration S (measured seconds per run; default 10), --warmup S (default 3), --reps N
 // (default 3), --scenarios LIST (default all; `e` selects both e-… rows, `b` also b@2000, …),
+// --against DIR (each Portcullis proxy row runs on DIR's build too, interleaved: the A/B of a change),
 // --connections N (default 50 for the proxy scenarios, 20 for the token endpoint), --entries N (cached
 // tokens for (i); default 100 000), --profile DIR (each process under test writes a V8 CPU profile into DIR
 // on exit, for a flame graph; the profiler's own cost skews that run's figures). REDIS_URL (default
@@ -73,6 +74,7 @@ const { values: opts } = parseArgs({
     connections: { type: 'string' },
     entries: { type: 'string' },
     profile: { type: 'string' },
+    against: { type: 'string' },
   },
 })
 const QUICK = opts.quick
@@ -214,13 +216,13 @@ async function portOf(proc) {
 }
 
 /** A Portcullis process on a free port with the config `yaml(port)`, once it answers HTTP. */
-async function startPortcullis(name, dir, yaml) {
+async function startPortcullis(name, dir, yaml, cli = path.join(root, 'dist/cli.js')) {
   for (let attempt = 1; ; attempt++) {
     const port = await freePort()
     mkdirSync(dir, { recursive: true })
     const config = path.join(dir, 'portcullis.yaml')
     writeFileSync(config, yaml(port))
-    const proc = launch(name, 0, [path.join(root, 'dist/cli.js'), 'start', '--config', config], { stdout: 'ignore' })
+    const proc = launch(name, 0, [cli, 'start', '--config', config], { stdout: 'ignore' })
     const giveUp = Date.now() + 20_000
     while (!proc.done && Date.now() < giveUp) {
       const answered = await request(`http://127.0.0.1:${port}/__bench_ready`).then(() => true, () => false)
@@ -317,10 +319,10 @@ const passwordLogin = async (base) => {
 const refreshFields = (refreshToken) => ({ grant_type: 'refresh_token', refresh_token: refreshToken, client_id: 'app', client_secret: SECRET })
 
 /** The proxy scenarios that run Portcullis with a protected route: d, e-*, f, d@2000. */
-const portcullisProxy = (id, yaml) => async (rep) => {
-  const { proc, port, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), yaml)
+const portcullisProxy = (id, yaml, cli) => Object.assign(async (rep) => {
+  const { proc, port, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), yaml, cli)
   return { proc, base, url: `http://127.0.0.1:${port}${PATH}` }
-}
+}, { yaml })
 const helperProxy = (id, args) => async () => {
   const proc = launch(id, 0, args)
   const port = await portOf(proc)
@@ -436,6 +438,14 @@ const wanted = (opts.scenarios ?? ALL_IDS.join(',')).split(',').map((s) => s.tri
 const selects = (token, id) => id === token || id.startsWith(`${token}-`) || id.startsWith(`${token}@`)
 for (const token of wanted) if (!ALL_IDS.some((id) => selects(token, id))) throw new Error(`unknown scenario ${token}: one of ${ALL_IDS.join(', ')}`)
 let selected = SCENARIOS.filter((s) => wanted.some((token) => selects(token, s.id)))
+// --against DIR: each Portcullis proxy row also runs on the build in DIR (another checkout, built), in the
+// same run and interleaved with it: the A/B of a change on the request path.
+if (opts.against !== undefined) {
+  const cli = path.resolve(opts.against, 'dist/cli.js')
+  if (!existsSync(cli)) throw new Error(`--against: ${cli} does not exist (build that checkout first)`)
+  selected = selected.flatMap((s) => (s.start.yaml === undefined ? [s]
+    : [s, { ...s, id: `${s.id}~against`, label: `${s.label} [${opts.against}]`, start: portcullisProxy(`${s.id}~against`, s.start.yaml, cli) }]))
+}
 const runMemory = wanted.some((token) => selects(token, 'i'))
 
 // ---- one run of one scenario -----------------------------------------------------------------------------
