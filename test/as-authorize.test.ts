@@ -131,6 +131,15 @@ describe('/authorize before the redirect URI is trusted: pages, never redirects'
     }
   })
 
+  it('A-04 the loopback exception takes real ports only: 0, over 65535, leading zeros and an empty port fail (issue 16)', async () => {
+    for (const uri of ['http://127.0.0.1:99999/cb', 'http://127.0.0.1:0/cb', 'http://127.0.0.1:05555/cb', 'http://[::1]:65536/cb',
+      'http://127.0.0.1:/cb', 'http://[::1]:00080/cb']) {
+      expectErrorPage(await new FormBrowser(gateway.url).get(authorizeUrl({ client_id: 'native', redirect_uri: uri })))
+    }
+    const edge = await new FormBrowser(gateway.url).get(authorizeUrl({ client_id: 'native', redirect_uri: 'http://127.0.0.1:65535/cb' }))
+    expect(edge.status).toBe(302)
+  })
+
   it('A-04 the loopback exception covers the port only: path, query, userinfo and localhost still fail (CVE-2020-15233)', async () => {
     for (const uri of ['http://127.0.0.1:5000/cb?bar=foo', 'http://127.0.0.1:5000/cb/', 'http://localhost:5000/cb', 'http://localhost/cb',
       'http://127.0.0.1:5000@evil.test/cb', 'http://127.0.0.1.evil.test/cb', 'https://127.0.0.1:5000/cb', 'http://127.0.0.2:5000/cb']) {

@@ -175,6 +175,17 @@ describe('scope_claim', () => {
     await expectForbidden(harness, res, 'orders:read', 'missing orders:read')
   })
 
+  it('answers 401 invalid_token to a scope claim that is a JSON array (RFC 9068 §2.2.3, issue 16), unless scope_claim is scope_array', async (context) => {
+    for (const harness of [shared, await start(context, { scope_claim: 'scope' })]) {
+      harness.gateway.logs.length = 0
+      const res = await get(harness, '/read/1', await harness.issuer.sign({ scope: ['orders:read'] }))
+      await expectInvalidToken(harness, res, 'bad_scope_claim')
+    }
+    const arrays = await start(context, { scope_claim: 'scope_array' })
+    await forwarded(arrays, await get(arrays, '/read/1', await arrays.issuer.sign({ scope: ['orders:read'] })))
+    await forwarded(arrays, await get(arrays, '/read/1', await arrays.issuer.sign({ scope: 'orders:read' })))
+  })
+
   it('answers 401 invalid_token for a malformed scope claim', async () => {
     const malformed: Record<string, unknown>[] = [
       { scope: 42 },

@@ -24,6 +24,15 @@ describe('readScopes', () => {
     expect(readScopes({ scp: ['b'] }, 'scope')).toEqual([])
   })
 
+  it('refuses a scope claim that is a JSON array unless the issuer reads scope_array (RFC 9068 §2.2.3, issue 16)', () => {
+    expect(readScopes({ scope: ['a', 'b'] }, 'scope')).toBeUndefined()
+    expect(readScopes({ scope: ['a', 'b'] }, undefined)).toBeUndefined()
+    expect(readScopes({ scope: ['a', 'b'] }, 'scope_array')).toEqual(['a', 'b'])
+    expect(readScopes({ scope: 'a b' }, 'scope_array')).toEqual(['a', 'b'])
+    expect(readScopes({ scope: ['a b'] }, 'scope_array')).toBeUndefined()
+    expect(readScopes({ scp: ['a'] }, 'scope_array')).toEqual([])
+  })
+
   it('calls a malformed claim malformed (undefined) rather than granting anything', () => {
     for (const value of [42, true, null, { a: 1 }, ['a', 1], ['a b'], [''], ['a\tb'], 'a "b"', 'a\\b', ['é']]) {
       expect(readScopes({ scope: value }, undefined), JSON.stringify(value)).toBeUndefined()

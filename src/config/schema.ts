@@ -86,7 +86,7 @@ const Issuer = Strict({
   algorithms: Type.Optional(Type.Array(StringEnum(JWS_ALGORITHMS,
     `must be one of ${JWS_ALGORITHMS.join(', ')} (none and HS* are never accepted)`), { minItems: 1 })),
   clock_skew: Type.Optional(Duration),
-  scope_claim: Type.Optional(StringEnum(['scope', 'scp'] as const)),
+  scope_claim: Type.Optional(StringEnum(['scope', 'scp', 'scope_array'] as const)),
   require_typ: Type.Optional(NonEmpty),
   jwks_cooldown: Type.Optional(Duration),
   jwks_max_age: Type.Optional(Duration),
