@@ -284,7 +284,8 @@ describe('the image, replayed outside Docker', () => {
     chmodSync(root, 0o755)  // mkdtemp makes it 0700: the unprivileged user must reach the image inside
     image = await buildImage(root, unprivilegedUser())
   }, 600_000)
-  afterAll(() => { if (root) rmSync(root, { recursive: true, force: true }) })
+  // The replayed image is a full node_modules: removing it took over 20 s on a loaded 2-core machine.
+  afterAll(() => { if (root) rmSync(root, { recursive: true, force: true }) }, 120_000)
 
   const app = (relative = '') => image.at(path.posix.join(image.workdir, relative))
   /** The image's environment, absolute paths in it mapped. */
