@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `portcullis start | check | hash-secret | keys rotate` — `start` = runPortcullis (listen, reload on SIGHUP,
+ * `portcullis start | check | hash-secret | keys rotate | keys rekey` — `start` = runPortcullis (listen, reload on SIGHUP,
  * drain on SIGTERM). Exit status 0 ok, 1 config or runtime error, 2 usage error; every error is one
  * line on stderr (a bad config file: one line per problem), never a stack trace.
  */
@@ -12,6 +12,8 @@ import { ConfigError, loadConfigFile } from './config/load.js'
 import { configWarnings } from './config/lint.js'
 import { hashSecret } from './crypto/secret-hash.js'
 import { describeRedisUrl } from './authserver/storage/redis-url.js'
+import type { AuthServerSettings } from './authserver/settings.js'
+import type { StorageAdapter } from './authserver/storage/adapter.js'
 
 const DEFAULT_CONFIG = 'config/portcullis.yaml'
 
@@ -108,6 +110,29 @@ exit status:
      or the store cannot be opened
   2  usage error`,
   },
+  'keys rekey': {
+    options: ['config', 'help'],
+    words: 2,
+    help: `usage: portcullis keys rekey [--config FILE] < new-key.txt
+
+Re-encrypt every private signing key in the authorization server's store (sqlite or redis) under the key
+read on standard input (32 random bytes in base64 or base64url: openssl rand -base64 32; a trailing newline
+is dropped). The current key is authorization_server.signing.key_encryption_key of the config file (keys
+still in clear are encrypted too). Nothing is written unless every key decrypts; each key is rewritten in
+one step, so a run that stopped half-way is finished by running it again. Running gateways keep the keys
+they loaded: set key_encryption_key to the new key and restart each of them, and do not run keys rotate
+before every one has restarted.
+
+options:
+${CONFIG_HELP}
+${HELP_HELP}
+
+exit status:
+  0  every signing key is encrypted under the new key
+  1  the new key is missing or malformed, the config file is invalid, the authorization server is disabled
+     or has a memory store, the store cannot be opened, or a key in it decrypts with neither key
+  2  usage error`,
+  },
 }
 
 const USAGE = `usage: portcullis <command> [options]
@@ -117,6 +142,7 @@ commands:
   check         validate the config file: print every problem as FILE:LINE:COL  key: message
   hash-secret   read a secret on standard input, print a client_secret_hash / password_hash value
   keys rotate   publish new signing keys in the authorization server's store
+  keys rekey    re-encrypt the stored signing keys under a new key read on standard input
 
 options:
 ${CONFIG_HELP}
@@ -141,7 +167,7 @@ function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Invocation {
   const loose = parseArgs({ args: argv, options: OPTIONS, strict: false, allowPositionals: true })
   const [first, second] = loose.positionals
   // `keys` alone is `keys rotate` missing its verb: `portcullis keys --help` shows that command's help.
-  const name = first === 'keys' && (second === 'rotate' || second === undefined) ? 'keys rotate' : first
+  const name = first !== 'keys' ? first : second === 'rekey' ? 'keys rekey' : second === 'rotate' || second === undefined ? 'keys rotate' : first
   const command = name === undefined ? undefined : COMMANDS[name]
   const scope = command ? `${name}: ` : 'portcullis: '
   const seeHelp = command ? `(see portcullis ${name} --help)` : '(see portcullis --help)'
@@ -171,9 +197,9 @@ function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv): Invocation {
     version: values.version === true,
   }
   if (invocation.help || invocation.version) return invocation
-  if (first === undefined) throw new UsageError(`portcullis: a command is required: start, check, hash-secret or keys rotate ${seeHelp}`)
+  if (first === undefined) throw new UsageError(`portcullis: a command is required: start, check, hash-secret, keys rotate or keys rekey ${seeHelp}`)
   if (first === 'keys' && (!command || parsed.positionals.length < command.words)) {
-    throw new UsageError(`portcullis: unknown keys command: ${parsed.positionals.slice(1).join(' ') || '(none)'}; the only one is keys rotate (see portcullis keys rotate --help)`)
+    throw new UsageError(`portcullis: unknown keys command: ${parsed.positionals.slice(1).join(' ') || '(none)'}; they are keys rotate and keys rekey (see portcullis keys rotate --help)`)
   }
   if (!command) throw new UsageError(`portcullis: unknown command: ${first} ${seeHelp}`)
   const extra = parsed.positionals.slice(command.words)
@@ -202,8 +228,12 @@ async function readStdin(): Promise<string> {
 /** stderr takes one line per error: a message with newlines in it is folded. */
 const oneLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).replace(/\s*\n\s*/g, ' ')
 
-/** `portcullis keys rotate`: checklist JW-05, done on the store the gateway uses; running gateways pick it up on reload. */
-async function rotateKeys(configFile: string): Promise<number> {
+/**
+ * The store of the authorization server in the config file, opened, for `keys rotate` and `keys rekey`;
+ * or the exit status after printing why not. The store must exist and hold keys: a store created here
+ * would hold keys no gateway uses.
+ */
+async function openKeyStore(verb: string, configFile: string): Promise<{ settings: AuthServerSettings; store: StorageAdapter } | number> {
   let config
   try {
     config = loadConfigFile(configFile)
@@ -214,15 +244,13 @@ async function rotateKeys(configFile: string): Promise<number> {
   }
   const as = config.authorization_server
   if (!as?.enabled) {
-    console.error(`keys rotate: the authorization server is not enabled in ${configFile}`)
+    console.error(`${verb}: the authorization server is not enabled in ${configFile}`)
     return 1
   }
-  const [{ resolveSettings }, { openStore }, { KeyManager, keyRetirementSeconds }] = await Promise.all([
-    import('./authserver/settings.js'), import('./authserver/store.js'), import('./authserver/keys.js'),
-  ])
+  const [{ resolveSettings }, { openStore }] = await Promise.all([import('./authserver/settings.js'), import('./authserver/store.js')])
   const settings = resolveSettings(as)
   if (settings.store.type === 'memory') {
-    console.error('keys rotate: a memory store lives inside the gateway process; there is nothing to rotate from here')
+    console.error(`${verb}: a memory store lives inside the gateway process; there is nothing to change from here`)
     return 1
   }
   const redis = settings.store.type === 'redis'
@@ -230,7 +258,7 @@ async function rotateKeys(configFile: string): Promise<number> {
   const where = redis ? `the Redis store (${describeRedisUrl(settings.store.url!)})` : settings.store.path
   // Opening a missing file would create an empty store, and keys no gateway uses.
   if (!redis && !existsSync(settings.store.path)) {
-    console.error(`keys rotate: no store at ${where} (start the gateway once to create it and its keys)`)
+    console.error(`${verb}: no store at ${where} (start the gateway once to create it and its keys)`)
     return 1
   }
   let store
@@ -239,16 +267,25 @@ async function rotateKeys(configFile: string): Promise<number> {
     await store.ping()
     // Likewise in Redis: an empty store has never served; keys made here would be used by no gateway.
     if (redis && (await store.list('signing_key')).length === 0) {
-      console.error(`keys rotate: no signing keys in ${where} (start the gateway once to create them)`)
+      console.error(`${verb}: no signing keys in ${where} (start the gateway once to create them)`)
       await store.close()
       return 1
     }
   } catch (error) {
-    console.error(`keys rotate: cannot open the store at ${where}: ${oneLine(error)}`)
+    console.error(`${verb}: cannot open the store at ${where}: ${oneLine(error)}`)
     await store?.close().catch(() => {})
     return 1
   }
+  return { settings, store }
+}
+
+/** `portcullis keys rotate`: checklist JW-05, done on the store the gateway uses; running gateways pick it up on reload. */
+async function rotateKeys(configFile: string): Promise<number> {
+  const opened = await openKeyStore('keys rotate', configFile)
+  if (typeof opened === 'number') return opened
+  const { settings, store } = opened
   try {
+    const { KeyManager, keyRetirementSeconds } = await import('./authserver/keys.js')
     const warn = (fields: unknown, message?: string) => console.error(`keys rotate: warning: ${message ?? ''} ${JSON.stringify(fields)}`)
     const keys = await KeyManager.open(store, {
       algorithm: settings.algorithm,
@@ -257,6 +294,7 @@ async function rotateKeys(configFile: string): Promise<number> {
       now: Date.now,
       log: { info: () => {}, warn },
       reloadIntervalMs: 0,
+      ...(settings.keyEncryption && { keyEncryption: settings.keyEncryption }),
     })
     const { added, retiring, activatesAt, retiresAt } = await keys.rotate()
     keys.close()
@@ -264,10 +302,51 @@ async function rotateKeys(configFile: string): Promise<number> {
     for (const kid of retiring) console.log(`retiring ${kid}`)
     console.log(`new keys sign from ${new Date(activatesAt).toISOString()}; retiring keys leave the JWKS at ${new Date(retiresAt).toISOString()}`)
     // Running instances re-read the store every 30 s; on Redis they are told at once.
-    if (redis) await announceKeys(settings.store.url!, settings.store.prefix, warn)
+    if (settings.store.type === 'redis') await announceKeys(settings.store.url!, settings.store.prefix, warn)
     return 0
   } catch (error) {
     console.error(`keys rotate: ${oneLine(error)}`)
+    return 1
+  } finally {
+    await store.close()
+  }
+}
+
+/**
+ * `portcullis keys rekey`: every private signing key in the store re-encrypted under the key read on
+ * standard input (never from argv: it would land in shell history and `ps`). The current key is the config's
+ * key_encryption_key. Running gateways keep the keys they loaded; they need the new key before their next start.
+ */
+async function rekeyKeys(configFile: string): Promise<number> {
+  const { KeyEncryptionKey, KEK_CONFIG_KEY, KEK_FORMAT, rekeySigningKeys } = await import('./authserver/key-encryption.js')
+  const text = await readStdin()
+  if (text === '') {
+    console.error('keys rekey: no new key on standard input (openssl rand -base64 32 makes one)')
+    return 1
+  }
+  let next
+  try {
+    next = KeyEncryptionKey.parse(text)
+  } catch {
+    // Never echo what was read: it is meant to be a secret.
+    console.error(`keys rekey: the new key on standard input ${KEK_FORMAT}`)
+    return 1
+  }
+  const opened = await openKeyStore('keys rekey', configFile)
+  if (typeof opened === 'number') return opened
+  const { settings, store } = opened
+  try {
+    const { rekeyed, unchanged } = await rekeySigningKeys(store, settings.keyEncryption, next)
+    if (rekeyed.length + unchanged.length === 0) {
+      console.error('keys rekey: no signing keys in the store (start the gateway once to create them)')
+      return 1
+    }
+    for (const kid of rekeyed) console.log(`rekeyed ${kid}`)
+    for (const kid of unchanged) console.log(`unchanged ${kid} (already under the new key)`)
+    console.log(`every signing key is encrypted with key id ${next.id}: set ${KEK_CONFIG_KEY} to the new key, then restart each gateway`)
+    return 0
+  } catch (error) {
+    console.error(`keys rekey: ${oneLine(error)}`)
     return 1
   } finally {
     await store.close()
@@ -345,6 +424,8 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'keys rotate':
       return rotateKeys(invocation.config)
+    case 'keys rekey':
+      return rekeyKeys(invocation.config)
     default:
       throw new Error(`no handler for the command ${invocation.name}`)
   }

@@ -77,7 +77,7 @@ async function startAuthServer(options: StartOptions = {}): Promise<Started> {
     algorithm: settings.algorithm, publishDelayMs: settings.publishDelayMs, retireAfterSeconds: settings.accessTokenTtlSeconds,
     now, log: app.log, reloadIntervalMs: 0,
   })
-  const unlimited = { check: async () => {}, fail: async () => {} }
+  const unlimited = { reserve: async () => ({ keep: () => {}, release: async () => {} }) }
   const ctx: AuthServerContext = {
     settings, store, keys, now, log: app.log,
     clients: new ClientRegistry(clients),

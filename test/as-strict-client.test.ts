@@ -48,6 +48,22 @@ describe('oauth4webapi against the embedded server', () => {
     expect((await callApi(gateway, refreshed.access_token)).status).toBe(401)
   })
 
+  it('issue 16: replaying the rotated-out refresh token at once is refused, and the newer refresh and access tokens are dead (RFC 9700 §4.14.2)', async () => {
+    const auth = oauth.ClientSecretPost(APP.client_secret)
+    const login = await oauth.processGenericTokenEndpointResponse(as, app, await oauth.genericTokenEndpointRequest(
+      as, app, auth, 'password', new URLSearchParams({ ...ALICE, scope: 'orders:read' }), insecure))
+    const refreshed = await oauth.processRefreshTokenResponse(as, app, await oauth.refreshTokenGrantRequest(as, app, auth, login.refresh_token!, insecure))
+    // A thief who refreshed first, then the client with the token it still holds: no delay in between.
+    await expect(oauth.processRefreshTokenResponse(as, app, await oauth.refreshTokenGrantRequest(as, app, auth, login.refresh_token!, insecure)))
+      .rejects.toMatchObject({ error: 'invalid_grant' })
+    await expect(oauth.processRefreshTokenResponse(as, app, await oauth.refreshTokenGrantRequest(as, app, auth, refreshed.refresh_token!, insecure)))
+      .rejects.toMatchObject({ error: 'invalid_grant' })
+    const introspection = await oauth.processIntrospectionResponse(as, app, await oauth.introspectionRequest(
+      as, app, oauth.ClientSecretBasic(APP.client_secret), refreshed.access_token, insecure))
+    expect(introspection.active).toBe(false)
+    expect((await callApi(gateway, refreshed.access_token)).status).toBe(401)
+  })
+
   it('gets client_credentials tokens with basic and post authentication', async () => {
     for (const auth of [oauth.ClientSecretBasic(RS.client_secret), oauth.ClientSecretPost(RS.client_secret)]) {
       const response = await oauth.processClientCredentialsResponse(as, rs, await oauth.clientCredentialsGrantRequest(

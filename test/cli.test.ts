@@ -27,15 +27,19 @@ beforeAll(() => {
   if (!existsSync(CLI)) throw new Error('dist/cli.js is missing: run `npm run build` (npm test does it in pretest)')
 })
 
+/** The demo config keeps its SQLite store's keys in clear (no key_encryption_key: it runs with no setup). */
+const DEFAULT_CONFIG_OK = 'config/portcullis.yaml: warning: authorization_server.signing.key_encryption_key is not set: the private signing keys ' +
+  'are stored in clear in the SQLite file; whoever reads it, or a backup of it, can sign tokens\nconfig/portcullis.yaml: OK\n'
+
 describe('portcullis check', () => {
   it('exits 0 and prints OK for config/portcullis.yaml', async () => {
     const run = await portcullis(['check', '--config', 'config/portcullis.yaml'])
-    expect(run).toEqual({ code: 0, stdout: 'config/portcullis.yaml: OK\n', stderr: '' })
+    expect(run).toEqual({ code: 0, stdout: DEFAULT_CONFIG_OK, stderr: '' })
   })
 
   it('checks config/portcullis.yaml when no --config is given', async () => {
     const run = await portcullis(['check'])
-    expect(run).toEqual({ code: 0, stdout: 'config/portcullis.yaml: OK\n', stderr: '' })
+    expect(run).toEqual({ code: 0, stdout: DEFAULT_CONFIG_OK, stderr: '' })
   })
 
   it('exits 0 and prints OK for a good file', async () => {
@@ -196,7 +200,7 @@ describe('usage errors: exit 2, one line on stderr, nothing on stdout', () => {
   })
 
   it('no command', async () => {
-    usageError(await portcullis([]), /^portcullis: a command is required: start, check, hash-secret or keys rotate/)
+    usageError(await portcullis([]), /^portcullis: a command is required: start, check, hash-secret, keys rotate or keys rekey/)
   })
 
   it.each([
@@ -222,9 +226,10 @@ describe('usage errors: exit 2, one line on stderr, nothing on stdout', () => {
     usageError(await portcullis(['keys', 'rotate', 'now']), 'keys rotate: unexpected argument: now (see portcullis keys rotate --help)')
   })
 
-  it('keys without rotate, or with another verb', async () => {
-    usageError(await portcullis(['keys']), /^portcullis: unknown keys command: \(none\); the only one is keys rotate/)
-    usageError(await portcullis(['keys', 'list']), /^portcullis: unknown keys command: list; the only one is keys rotate/)
+  it('keys without rotate or rekey, or with another verb', async () => {
+    usageError(await portcullis(['keys']), /^portcullis: unknown keys command: \(none\); they are keys rotate and keys rekey/)
+    usageError(await portcullis(['keys', 'list']), /^portcullis: unknown keys command: list; they are keys rotate and keys rekey/)
+    usageError(await portcullis(['keys', 'rekey', 'c2VjcmV0']), 'keys rekey: unexpected argument: c2VjcmV0 (see portcullis keys rekey --help)')
   })
 })
 
@@ -234,7 +239,7 @@ describe('--help and --version', () => {
       const run = await portcullis([flag])
       expect(run).toMatchObject({ code: 0, stderr: '' })
       expect(run.stdout).toMatch(/^usage: portcullis <command>/)
-      for (const command of ['start', 'check', 'hash-secret', 'keys rotate']) expect(run.stdout).toContain(`\n  ${command} `)
+      for (const command of ['start', 'check', 'hash-secret', 'keys rotate', 'keys rekey']) expect(run.stdout).toContain(`\n  ${command} `)
       expect(run.stdout).toMatch(/exit status:\n {2}0 .+\n {2}1 .+\n {2}2 {2}usage error/)
     }
   })
@@ -245,6 +250,7 @@ describe('--help and --version', () => {
     [['hash-secret', '--help'], 'hash-secret < secret.txt'],
     [['keys', 'rotate', '--help'], 'keys rotate [--config FILE]'],
     [['keys', '--help'], 'keys rotate [--config FILE]'],
+    [['keys', 'rekey', '--help'], 'keys rekey [--config FILE] < new-key.txt'],
     [['check', '-h', '--config', 'whatever.yaml'], 'check [--config FILE]'],
   ])('portcullis %j prints that command\'s usage and exit statuses, exit 0', async (args, usage) => {
     const run = await portcullis(args)
@@ -272,7 +278,7 @@ describe('PORTCULLIS_CONFIG', () => {
     const file = writeTemp('env-default.yaml', GOOD)
     expect(await portcullis(['check'], { env: { PORTCULLIS_CONFIG: file } })).toEqual({ code: 0, stdout: `${file}: OK\n`, stderr: '' })
     const run = await portcullis(['check', '--config', 'config/portcullis.yaml'], { env: { PORTCULLIS_CONFIG: '/nonexistent.yaml' } })
-    expect(run).toEqual({ code: 0, stdout: 'config/portcullis.yaml: OK\n', stderr: '' })
+    expect(run).toEqual({ code: 0, stdout: DEFAULT_CONFIG_OK, stderr: '' })
   })
 })
 

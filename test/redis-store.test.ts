@@ -5,7 +5,7 @@
  * once share one set of signing keys. Skipped (with the reason) when redis-server is not installed, except
  * under CI=true, where that is a failure.
  */
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import { KeyManager } from '../src/authserver/keys.js'
@@ -105,6 +105,75 @@ describe.skipIf(SKIP)(`the Redis store on a private redis-server${SKIP ? ' (redi
         redis.resume()
       }
       await waitFor(async () => (await clientCredentials(gateway)).status === 200, 10_000)
+    })
+
+    it('issue 16 item 7: a refresh whose rotation times out in a Redis paused mid-request (SIGSTOP) answers 503 and changed nothing: the retry rotates the same token', async () => {
+      const redis = await privateRedis()
+      const gateway = await gatewayOn(redis, passwordSetup())
+      const first = await passwordGrant(gateway, 'orders:read')
+      expect(first.status).toBe(200)
+      const token = first.body.refresh_token as string
+      // Redis stops the moment it has answered the gateway's read of the refresh token: what the gateway
+      // sends next (the rotation) reaches a Redis that runs it only once it is resumed, long after the timeout.
+      const admin = new Redis(redis.url)
+      const monitor = await new Redis(redis.url).monitor()
+      for (const client of [admin, monitor]) {
+        client.on('error', () => { /* Redis is stopped before this client is closed */ })
+        onTestFinished(() => { client.disconnect() })
+      }
+      const key = `a:refresh_token:${createHash('sha256').update(token).digest('base64url')}`
+      let paused = false
+      let undone = false
+      monitor.on('monitor', (_time: string, args: string[]) => {
+        if (!paused && args[0]?.toLowerCase() === 'hmget' && args[1]?.endsWith(key)) {
+          redis.pause()
+          paused = true
+        }
+        // The store's undo of the rotation it gave up on (redis-scripts.ts storeUndoConsume), run after it.
+        if (args[0]?.toLowerCase() === 'hdel' && args[1]?.endsWith(key)) undone = true
+      })
+      let timedOut
+      try {
+        timedOut = await refresh(gateway, token)
+      } finally {
+        redis.resume()
+      }
+      expect(paused).toBe(true)
+      expect([timedOut.status, timedOut.body.error], timedOut.text).toEqual([503, 'temporarily_unavailable'])
+
+      // The retry (any time later: no grace is configured) is the first rotation of that token.
+      const retried = await refresh(gateway, token)
+      expect(retried.status, retried.text).toBe(200)
+      expect((await callApi(gateway, retried.body.access_token as string)).status).toBe(200)
+      // Nothing of the attempt that timed out is left: the two refresh tokens and access tokens of the two
+      // successful requests, no third.
+      const count = async (kind: string) => (await keysUnder(admin, `{portcullis}:a:${kind}:`)).length
+      expect([await count('refresh_token'), await count('access_token')]).toEqual([2, 2])
+      expect(undone).toBe(true)
+      const next = await refresh(gateway, retried.body.refresh_token as string)
+      expect(next.status, next.text).toBe(200)
+    })
+
+    it('consumeAndWrite: a rotation sent to a paused Redis fails with TemporarilyUnavailable, and once Redis resumes nothing of it remains', async () => {
+      const redis = await privateRedis()
+      const store = await createRedisAdapter(redis.url, { prefix: `{portcullis-${randomUUID()}}:`, commandTimeoutMs: 500, purgeIntervalMs: 0 })
+      onTestFinished(() => store.close())
+      await store.upsert('refresh_token', 'old', { grantId: 'g' }, 60)
+      await store.upsert('grant', 'g', { sub: 'alice' }, 60)
+      const writes = [{ kind: 'refresh_token' as const, id: 'new', value: { grantId: 'g' }, expiresInSeconds: 60 }]
+
+      redis.pause()
+      try {
+        await expect(store.consumeAndWrite('refresh_token', 'old', writes, { kind: 'grant', id: 'g' })).rejects.toBeInstanceOf(TemporarilyUnavailable)
+      } finally {
+        redis.resume()
+      }
+      // Read on the same connection, after the rotation and its undo.
+      expect(await store.find('refresh_token', 'old')).toStrictEqual({ grantId: 'g' })
+      expect(await store.find('refresh_token', 'new')).toBeUndefined()
+      expect(await store.consumeAndWrite('refresh_token', 'old', writes, { kind: 'grant', id: 'g' })).toBe(true)
+      expect(await store.find('refresh_token', 'new')).toStrictEqual({ grantId: 'g' })
+      expect((await store.revokeByGrantId('g')).map((record) => record.id).sort()).toEqual(['g', 'new', 'old'])
     })
 
     it('a redis+sentinel:// URL reaches the primary the sentinel names: tokens issued and refreshed through it, the keys in the primary', async () => {

@@ -77,6 +77,11 @@ export interface AuditEvents {
     readonly grant_id: string
     readonly grant_revoked: true
   }
+  'refresh_token.replayed_in_grace': RequestFields & {
+    readonly client_id: string
+    readonly sub: string
+    readonly grant_id: string
+  }
   'device_code.replay_detected': RequestFields & {
     readonly client_id: string
     readonly sub?: string

@@ -279,4 +279,13 @@ describe('authenticateClient', async () => {
     expect(await rejection(authenticateClient(request(basic('conf-basic', SECRET)), form(), ctx))).toBeInstanceOf(TooManyAttempts)
     expect(verifications).toBe(1)
   })
+
+  it('issue 16: of 20 wrong hashed secrets sent at once, failures_per_client are verified and the rest refused; then the right one is refused too', async () => {
+    const hashed: ClientConfig = { client_id: 'hashed', client_secret_hash: await hashSecret(SECRET), grant_types: ['client_credentials'], scopes: [] }
+    const ctx = await contextWith([hashed], { failures_per_client: 3, failures_per_ip: 1000, window: '1m' })
+    const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => rejection(authenticateClient(request(basic('hashed', `wrong-${i}`)), form(), ctx))))
+    expect(outcomes.filter((error) => error instanceof InvalidClient)).toHaveLength(3)
+    expect(outcomes.filter((error) => error instanceof TooManyAttempts)).toHaveLength(17)
+    expect(await rejection(authenticateClient(request(basic('hashed', SECRET)), form(), ctx))).toBeInstanceOf(TooManyAttempts)
+  })
 })

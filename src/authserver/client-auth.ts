@@ -1,7 +1,8 @@
 /**
  * Client authentication at the back-channel endpoints (checklist §1): client_secret_basic,
  * client_secret_post, or `none` for public clients, which only identify themselves. Secrets are compared
- * only through RegisteredClient.verifySecret (constant time, G-10); failures are throttled (CA-09).
+ * only through RegisteredClient.verifySecret (constant time, G-10); failures are throttled (CA-09), each
+ * attempt counted before it is verified (issue 16).
  */
 import type { FastifyRequest } from 'fastify'
 import type { AuditEvents } from '../audit/audit.js'
@@ -9,6 +10,7 @@ import { InvalidClient, InvalidRequest } from '../errors/oauth-errors.js'
 import type { ClientAuthMethod, RegisteredClient } from './clients.js'
 import type { AuthServerContext } from './context.js'
 import type { Form } from './http.js'
+import { verifyThrottled } from './throttle.js'
 
 export interface BasicCredentials {
   readonly clientId: string
@@ -94,7 +96,11 @@ async function verifyClient(presented: PresentedCredentials, ctx: AuthServerCont
   const { clientId, clientSecret, usedAuthorizationHeader: header } = presented
   const refuse = (reason: FailureReason, detail: string, challenge = header): Refusal => ({ reason, error: new InvalidClient(challenge, detail) })
   const client = ctx.clients.find(clientId)
-  if (!client) return refuse('unknown_client', `unknown client ${JSON.stringify(clientId.slice(0, 64))}`)
+  if (!client) {
+    // Issue 16: one scrypt, as a wrong secret of a known client costs, so timing does not list the client_ids.
+    if (clientSecret !== undefined) await ctx.clients.verifyUnknown(clientSecret)
+    return refuse('unknown_client', `unknown client ${JSON.stringify(clientId.slice(0, 64))}`)
+  }
   if (!client.confidential) {
     // CA-06/CA-07: a public client only names itself; a secret (Basic, even an empty one) is refused.
     if (presented.method !== 'none') return refuse('public_client_sent_secret', `public client ${clientId} sent a secret`)
@@ -121,24 +127,18 @@ export async function authenticateClient(request: FastifyRequest, form: Form, ct
   try {
     presented = presentedCredentials(request.headers.authorization, form)
   } catch (error) {
-    // Nothing names a client: only the source address is checked and charged.
-    await ctx.throttle.check([ipKey])
-    await ctx.throttle.fail([ipKey])
+    // Nothing names a client: only the source address is charged.
+    const attempt = await ctx.throttle.reserve([ipKey])
+    attempt.keep()
     const assertion = form.has('client_assertion') || form.has('client_assertion_type')
     audit(!(error instanceof InvalidClient) ? 'malformed_credentials' : assertion ? 'unsupported_method' : 'no_client_id')
     throw error
   }
-  const keys = [`client:${presented.clientId}`, ipKey]
-  await ctx.throttle.check(keys)
-  let verified: RegisteredClient | Refusal
-  try {
-    verified = await verifyClient(presented, ctx)
-  } catch (error) {
-    await ctx.throttle.fail(keys)
-    throw error
-  }
+  // Issue 16: counted before the secret is verified, so parallel guesses get no more verifications than the
+  // allowance; given back when it verifies (only this attempt's points: no success clears earlier failures).
+  const verified = await verifyThrottled(ctx.throttle, [`client:${presented.clientId}`, ipKey],
+    () => verifyClient(presented, ctx), (outcome) => !('reason' in outcome))
   if (!('reason' in verified)) return verified
-  await ctx.throttle.fail(keys)
   audit(verified.reason, presented)
   throw verified.error
 }

@@ -32,13 +32,24 @@ export interface SigningKeys {
 }
 
 /**
- * Brute-force protection (checklist CA-09, PW-04, DV-04): failures counted per key in a window; once a
- * key is over its limit, `check` throws TooManyAttempts (429 + Retry-After). Keys look like `client:<id>`,
- * `ip:<address>`, `user:<name>`, `session:<id>`.
+ * Brute-force protection (checklist CA-09, PW-04, DV-04): failures counted per key in a window. Keys look
+ * like `client:<id>`, `ip:<address>`, `user:<name>`, `session:<id>`.
  */
 export interface Throttle {
-  check(keys: readonly string[]): Promise<void>
-  fail(keys: readonly string[]): Promise<void>
+  /**
+   * Counts one attempt on every key, atomically, before the attempt is evaluated (issue 16: parallel
+   * guesses see each other). Throws TooManyAttempts (429 + Retry-After), counting nothing, when a key has
+   * no attempt left in its window: failures so far plus attempts in flight.
+   */
+  reserve(keys: readonly string[]): Promise<Attempt>
+}
+
+/** One counted attempt: once its outcome is known, exactly one of these (a second call does nothing). */
+export interface Attempt {
+  /** It failed (or threw): it stays counted until its window ends. */
+  keep(): void
+  /** It succeeded: its point is given back on every key it took one from, and on no other. Never throws. */
+  release(): Promise<void>
 }
 
 export interface AuthServerContext {

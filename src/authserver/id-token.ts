@@ -12,14 +12,14 @@ import { createHash } from 'node:crypto'
 import { signCompactJws } from '../crypto/jws.js'
 import type { RegisteredClient } from './clients.js'
 import type { AuthServerContext, SigningAlgorithm } from './context.js'
-import type { GrantRecord, TokenResponseBody } from './tokens.js'
+import type { TokenGrant, TokenResponseBody } from './tokens.js'
 
 const OPENID = 'openid'
 
 export interface IdTokenRequest {
   readonly client: RegisteredClient
   /** The grant the response belongs to: its sub and authTime are the ID token's, on every refresh too (RT-07). */
-  readonly grant: GrantRecord
+  readonly grant: TokenGrant
   /** The scope granted in this response; a refresh narrowed to exclude `openid` gets no ID token (RT-07). */
   readonly scope: readonly string[]
   /** The authorization request's nonce, exactly as sent (ID-03); never repeated on a refresh (RT-07). */

@@ -10,6 +10,11 @@
  * whose key was written later sees the earlier one and withdraws its own. That rule needs write times
  * from one clock (one host: SQLite, memory); a store shared between hosts (Redis) also offers `withLock`,
  * so that one process generates the first keys while the others wait and then load them.
+ *
+ * With `keyEncryption` (the config's `signing.key_encryption_key`) every private JWK is stored sealed
+ * (key-encryption.ts). Opening a store whose keys that KEK cannot open is refused before anything is
+ * written; a running process that meets such a key on a reload publishes it (tokens other processes sign
+ * with it still verify here) and keeps signing with the keys it has.
  */
 import { createPrivateKey, type JsonWebKey, type KeyObject } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
@@ -18,8 +23,11 @@ import {
   type JWTVerifyGetKey,
 } from 'jose'
 import type { ActiveSigningKey, SigningAlgorithm, SigningKeys } from './context.js'
+import {
+  isSealedJwk, KEK_CONFIG_KEY, KeyEncryptionError, sealStoredKey, secondsLeft, wrongKeyMessage, type KeyEncryptionKey, type SealedJwk,
+} from './key-encryption.js'
 import type { AuthServerSettings } from './settings.js'
-import type { StorageAdapter } from './storage/adapter.js'
+import type { ArtifactRecord, StorageAdapter } from './storage/adapter.js'
 
 /** Store expiry of a key in service; re-written on every rotation. */
 const KEY_LIFETIME_SECONDS = 10 * 365 * 24 * 3600
@@ -46,7 +54,9 @@ interface StoredKey {
   /** Set by the rotation that replaces this key: it leaves the JWKS, and the store, at this time. */
   readonly retiresAt?: number
   readonly publicJwk: JWK
-  readonly privateJwk: JWK
+  /** Exactly one of these: the private JWK in clear (no KEK configured when it was written), or sealed. */
+  readonly privateJwk?: JWK
+  readonly encryptedPrivateJwk?: SealedJwk
 }
 
 interface LoadedKey {
@@ -54,8 +64,8 @@ interface LoadedKey {
   /** What the JWKS shows: public members only (JW-02), with kid, use and alg (JW-03). */
   readonly published: JWK
   readonly publicKey: CryptoKey
-  /** For signing with node:crypto (crypto/jws.ts). */
-  readonly privateKey: KeyObject
+  /** For signing with node:crypto (crypto/jws.ts); missing when this process's KEK cannot open it. */
+  readonly privateKey?: KeyObject
 }
 
 export interface KeyManagerOptions {
@@ -69,6 +79,8 @@ export interface KeyManagerOptions {
   log: Pick<FastifyBaseLogger, 'info' | 'warn'>
   /** How often the store is re-read so a rotation by another process is seen (default 30 s; 0: never). */
   reloadIntervalMs?: number
+  /** Seals the private keys written to the store and opens the sealed ones; without it they are written in clear. */
+  keyEncryption?: KeyEncryptionKey
 }
 
 export interface RotationResult {
@@ -110,23 +122,27 @@ function publicMembers(key: StoredKey): JWK {
 
 /** Why a stored value is not a key we will use, if it is not (hand-edited stores, symmetric keys, weak RSA). */
 function storedKeyProblem(id: string, value: Record<string, unknown>): string | undefined {
-  const { kid, alg, publicJwk, privateJwk } = value as Partial<StoredKey>
+  const { kid, alg, publicJwk, privateJwk, encryptedPrivateJwk } = value as Partial<StoredKey>
   if (kid !== id) return 'kid does not match its id'
   if (typeof alg !== 'string' || !Object.hasOwn(KEY_TYPES, alg)) return 'unsupported alg'
   for (const member of ['generation', 'createdAt', 'activatesAt'] as const) if (typeof value[member] !== 'number') return `no ${member}`
   if (typeof value.writeOrder !== 'string' || !/^\d+$/.test(value.writeOrder)) return 'no writeOrder'
   if (value.retiresAt !== undefined && typeof value.retiresAt !== 'number') return 'bad retiresAt'
-  if (typeof publicJwk !== 'object' || publicJwk === null || typeof privateJwk !== 'object' || privateJwk === null) return 'no JWK'
+  if (typeof publicJwk !== 'object' || publicJwk === null) return 'no JWK'
+  if (encryptedPrivateJwk !== undefined) {
+    if (privateJwk !== undefined) return 'both a clear and an encrypted private key'
+    if (!isSealedJwk(encryptedPrivateJwk)) return 'malformed encryptedPrivateJwk'
+  } else if (typeof privateJwk !== 'object' || privateJwk === null) return 'no JWK'
   const expected = KEY_TYPES[alg]
-  if (publicJwk.kty !== expected.kty || privateJwk.kty !== expected.kty || publicJwk.crv !== expected.crv) return `not a ${alg} key`
+  if (publicJwk.kty !== expected.kty || (privateJwk && privateJwk.kty !== expected.kty) || publicJwk.crv !== expected.crv) return `not a ${alg} key`
   // JW-03: o4w refuses RSA moduli under 2048 bits.
   if (expected.kty === 'RSA' && Buffer.from(publicJwk.n ?? '', 'base64url').length < 256) return 'RSA modulus under 2048 bits'
-  if (typeof privateJwk.d !== 'string') return 'no private key'
+  if (privateJwk && typeof privateJwk.d !== 'string') return 'no private key'
   return undefined
 }
 
-/** A key not written yet: `write` stamps its time. */
-type NewKey = Omit<StoredKey, 'createdAt' | 'writeOrder' | 'activatesAt'>
+/** A key not written yet: `write` stamps its time (and seals its private JWK, with a KEK). */
+type NewKey = Omit<StoredKey, 'createdAt' | 'writeOrder' | 'activatesAt' | 'privateJwk' | 'encryptedPrivateJwk'> & { readonly privateJwk: JWK }
 
 async function generateKey(alg: SigningAlgorithm, generation: number): Promise<NewKey> {
   const { publicKey, privateKey } = await generateKeyPair(alg, { extractable: true, modulusLength: 2048 })
@@ -144,6 +160,8 @@ export class KeyManager implements SigningKeys {
   /** performance.now() of the last reload: the cooldown is about store load, not token time. */
   private lastReload = Number.NEGATIVE_INFINITY
   private readonly algorithms: readonly SigningAlgorithm[]
+  /** Kids whose private key this process could not open: warned of once. */
+  private readonly unopened = new Set<string>()
 
   private constructor(private readonly store: StorageAdapter, private readonly options: KeyManagerOptions) {
     this.algorithms = options.algorithm === 'RS256' ? ['RS256'] : [options.algorithm, 'RS256']
@@ -152,7 +170,10 @@ export class KeyManager implements SigningKeys {
   /** Loads the keys from the store, generating the missing ones (first start), and starts reloading them. */
   static async open(store: StorageAdapter, options: KeyManagerOptions): Promise<KeyManager> {
     const manager = new KeyManager(store, options)
-    await manager.install(await manager.ensureKeys())
+    // Before anything is written: a wrong or missing KEK must not lead to keys generated beside the ones it cannot open.
+    const clear = await manager.checkEncryption()
+    if (options.keyEncryption && clear.length > 0) await manager.sealClearKeys(clear, options.keyEncryption)
+    await manager.install(await manager.ensureKeys(), { strict: true })
     const interval = options.reloadIntervalMs ?? 30_000
     if (interval > 0) {
       manager.timer = setInterval(() => manager.reloadInBackground(), interval)
@@ -162,9 +183,10 @@ export class KeyManager implements SigningKeys {
   }
 
   current(alg: SigningAlgorithm): ActiveSigningKey {
-    const signer = signerAmong([...this.keys.values()].map((key) => key.stored), alg, this.options.now())
+    const usable = [...this.keys.values()].filter((key) => key.privateKey !== undefined).map((key) => key.stored)
+    const signer = signerAmong(usable, alg, this.options.now())
     if (!signer) throw new Error(`no active ${alg} signing key`)
-    return { kid: signer.kid, alg, privateKey: this.keys.get(signer.kid)!.privateKey }
+    return { kid: signer.kid, alg, privateKey: this.keys.get(signer.kid)!.privateKey! }
   }
 
   jwks(): JSONWebKeySet {
@@ -243,6 +265,56 @@ export class KeyManager implements SigningKeys {
     return key && !isRetired(key.stored, this.options.now()) ? key : undefined
   }
 
+  /**
+   * Read only: refuses (KeyEncryptionError, naming the config key) a store holding keys in service that the
+   * configured KEK cannot open, or any sealed key when no KEK is set. Returns the keys kept in clear.
+   */
+  private async checkEncryption(): Promise<ArtifactRecord[]> {
+    const kek = this.options.keyEncryption
+    const clear: ArtifactRecord[] = []
+    const unreadable: Array<{ kid: string; kekId: string }> = []
+    for (const record of await this.store.list('signing_key')) {
+      if (storedKeyProblem(record.id, record.value) !== undefined) continue
+      const key = record.value as unknown as StoredKey
+      if (isRetired(key, this.options.now())) continue
+      const sealed = key.encryptedPrivateJwk
+      if (sealed === undefined) clear.push(record)
+      else if (sealed.kekId !== kek?.id) unreadable.push({ kid: key.kid, kekId: sealed.kekId })
+      else this.open(key)
+    }
+    if (unreadable.length > 0) {
+      throw new KeyEncryptionError(wrongKeyMessage(kek, unreadable.map((key) => key.kekId), unreadable.map((key) => key.kid)))
+    }
+    return clear
+  }
+
+  /**
+   * A KEK set on a store written without one: each key in clear is sealed in place (one upsert, its expiry
+   * kept), so setting the key is enough to encrypt the store. A crash half-way leaves the rest in clear,
+   * sealed at the next start.
+   */
+  private async sealClearKeys(records: readonly ArtifactRecord[], kek: KeyEncryptionKey): Promise<void> {
+    for (const record of records) {
+      const key = record.value as unknown as StoredKey
+      await this.store.upsert('signing_key', key.kid, sealStoredKey(key.kid, key.alg, record.value, key.privateJwk!, kek), secondsLeft(record, this.options.now()))
+    }
+    this.options.log.info({ kids: records.map((record) => record.id), kekId: kek.id },
+      `signing keys stored in clear are now encrypted with ${KEK_CONFIG_KEY}`)
+  }
+
+  /** The private JWK of a stored key, opened with the KEK if it is sealed; throws KeyEncryptionError. */
+  private open(key: StoredKey): JWK {
+    const sealed = key.encryptedPrivateJwk
+    if (sealed === undefined) return key.privateJwk!
+    const kek = this.options.keyEncryption
+    if (kek === undefined || sealed.kekId !== kek.id) throw new KeyEncryptionError(wrongKeyMessage(kek, [sealed.kekId], [key.kid]))
+    try {
+      return kek.open(key.kid, key.alg, sealed)
+    } catch (error) {
+      throw new KeyEncryptionError(`${(error as Error).message}; nothing in the store was changed`)
+    }
+  }
+
   /** The keys in the store, generating the missing ones first (first start) under the store's lock, if it has one. */
   private async ensureKeys(): Promise<StoredKey[]> {
     const keys = await this.readStore()
@@ -279,8 +351,12 @@ export class KeyManager implements SigningKeys {
    * order of the writes (hrtime is one monotonic clock for every process of a host).
    */
   private async write(key: NewKey, activatesAt?: number): Promise<StoredKey> {
+    const kek = this.options.keyEncryption
+    const { privateJwk, ...rest } = key
+    // Sealed before the time is stamped: nothing between the stamp and the write.
+    const privatePart = kek ? { encryptedPrivateJwk: kek.seal(key.kid, key.alg, privateJwk) } : { privateJwk }
     const createdAt = this.options.now()
-    const stored: StoredKey = { ...key, createdAt, writeOrder: process.hrtime.bigint().toString(), activatesAt: activatesAt ?? createdAt }
+    const stored: StoredKey = { ...rest, ...privatePart, createdAt, writeOrder: process.hrtime.bigint().toString(), activatesAt: activatesAt ?? createdAt }
     await this.store.upsert('signing_key', stored.kid, { ...stored }, KEY_LIFETIME_SECONDS)
     return stored
   }
@@ -302,8 +378,11 @@ export class KeyManager implements SigningKeys {
     return keys
   }
 
-  /** Swaps in the keys read from the store, importing only the ones not loaded yet. */
-  private async install(keys: readonly StoredKey[]): Promise<void> {
+  /**
+   * Swaps in the keys read from the store, importing only the ones not loaded yet. `strict` (opening):
+   * a key the KEK cannot open fails the whole open; on a reload it is published without signing.
+   */
+  private async install(keys: readonly StoredKey[], { strict = false } = {}): Promise<void> {
     const now = this.options.now()
     const unserved = this.algorithms.filter((alg) => signerAmong(keys, alg, now) === undefined)
     if (unserved.length > 0 && this.keys.size > 0) {
@@ -314,17 +393,32 @@ export class KeyManager implements SigningKeys {
     }
     const loaded = new Map<string, LoadedKey>()
     for (const stored of [...keys].sort((a, b) => a.alg.localeCompare(b.alg) || signingOrder(a, b))) {
+      // A key loaded already is kept as it is: a rekey re-seals the same keys under a KEK this process may not have.
       const previous = this.keys.get(stored.kid)
-      if (previous) {
+      if (previous?.privateKey) {
         loaded.set(stored.kid, { ...previous, stored })
         continue
       }
       const published = publicMembers(stored)
       try {
-        const publicKey = await importJWK(published, stored.alg) as CryptoKey
-        const privateKey = createPrivateKey({ key: stored.privateJwk as JsonWebKey, format: 'jwk' })
+        const publicKey = previous?.publicKey ?? await importJWK(published, stored.alg) as CryptoKey
+        let privateJwk: JWK
+        try {
+          privateJwk = this.open(stored)
+        } catch (error) {
+          if (strict || !(error instanceof KeyEncryptionError)) throw error
+          loaded.set(stored.kid, { stored, published, publicKey })
+          if (!this.unopened.has(stored.kid)) {
+            this.unopened.add(stored.kid)
+            this.options.log.warn({ kid: stored.kid, reason: error.message },
+              `a signing key in the store does not open with ${KEK_CONFIG_KEY}: it is published, but this process does not sign with it (restart it with the key the store uses)`)
+          }
+          continue
+        }
+        const privateKey = createPrivateKey({ key: privateJwk as JsonWebKey, format: 'jwk' })
         loaded.set(stored.kid, { stored, published, publicKey, privateKey })
       } catch (error) {
+        if (error instanceof KeyEncryptionError) throw error
         this.options.log.warn({ kid: stored.kid, err: error }, 'ignoring a signing key in the store that does not import')
       }
     }

@@ -112,6 +112,11 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     retireAfterSeconds: keyRetirementSeconds(settings),
     now,
     log,
+    ...(settings.keyEncryption && { keyEncryption: settings.keyEncryption }),
+  }).catch(async (error: unknown) => {
+    // A wrong key_encryption_key: the gateway does not start, and the store's connection must not keep the process alive.
+    await store.close().catch(() => {})
+    throw error
   })
   const revocations = new RevocationList(store, now, log)
   await revocations.load()

@@ -1,6 +1,7 @@
 /** `authorization_server:` with every default applied, in the units the code uses. */
 import type { AuthorizationServerConfig, GrantType } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
+import { KeyEncryptionKey } from './key-encryption.js'
 
 export interface AuthServerSettings {
   /** Byte-identical everywhere it appears (checklist G-01). */
@@ -11,10 +12,18 @@ export interface AuthServerSettings {
   readonly store: { readonly type: 'sqlite' | 'memory' | 'redis'; readonly path: string; readonly url?: string; readonly prefix: string }
   readonly algorithm: 'ES256' | 'RS256' | 'EdDSA'
   readonly publishDelayMs: number
+  /** `signing.key_encryption_key`: seals the private signing keys in the store (key-encryption.ts). */
+  readonly keyEncryption?: KeyEncryptionKey
   readonly accessTokenFormat: 'jwt' | 'opaque'
   readonly accessTokenTtlSeconds: number
   readonly audience: readonly string[]
   readonly refreshTokenTtlSeconds: number
+  /**
+   * `refresh_token.reuse_grace` (0 by default, at most 10 s): how long after a rotation the rotated-out token,
+   * presented again by its client for the same scope and audience, gets that rotation's response once more
+   * instead of revoking the grant (grants/refresh-token.ts). A client may set its own.
+   */
+  readonly refreshReuseGraceMs: number
   /** A-13: 60 s by default, at most 600 (checked at load). */
   readonly authorizationCodeTtlSeconds: number
   /** How long a browser login lasts (the session cookie and its record). */
@@ -41,10 +50,12 @@ export function resolveSettings(config: AuthorizationServerConfig): AuthServerSe
     },
     algorithm: config.signing?.algorithm ?? 'ES256',
     publishDelayMs: parseDuration(config.signing?.rotation_publish_delay ?? '5m'),
+    ...(config.signing?.key_encryption_key !== undefined && { keyEncryption: KeyEncryptionKey.parse(config.signing.key_encryption_key) }),
     accessTokenFormat: config.access_token?.format ?? 'jwt',
     accessTokenTtlSeconds: parseDuration(config.access_token?.ttl ?? '1h') / 1000,
     audience: config.access_token?.audience ?? [issuer],
     refreshTokenTtlSeconds: parseDuration(config.refresh_token?.ttl ?? '30d') / 1000,
+    refreshReuseGraceMs: parseDuration(config.refresh_token?.reuse_grace ?? '0s'),
     authorizationCodeTtlSeconds: Math.max(1, Math.floor(parseDuration(config.authorization_code?.ttl ?? '60s') / 1000)),
     sessionTtlSeconds: Math.max(1, Math.floor(parseDuration(config.session?.ttl ?? '12h') / 1000)),
     consentTtlSeconds: Math.max(1, Math.floor(parseDuration(config.consent?.ttl ?? '90d') / 1000)),

@@ -1,9 +1,11 @@
 /**
- * Brute-force protection of client authentication and the password grant (checklist CA-09, PW-04):
- * failures are counted per key in a fixed window; once a key has used up its allowance, `check` answers
- * 429 temporarily_unavailable with Retry-After until the window ends.
+ * Brute-force protection of client authentication, passwords and user codes (checklist CA-09, PW-04, DV-04):
+ * failures are counted per key in a fixed window; once a key has used up its allowance, every attempt is
+ * refused with 429 temporarily_unavailable and Retry-After until the window ends. Issue 16: an attempt is
+ * counted (reserved) atomically *before* its secret is verified and given back only if it succeeds, so a
+ * burst sent in parallel gets no more verifications than the allowance, across replicas too.
  */
-import { RateLimiterMemory, RateLimiterRedis, type RateLimiterAbstract } from 'rate-limiter-flexible'
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible'
 import { TooManyAttempts } from '../errors/oauth-errors.js'
 import type { Throttle } from './context.js'
 import type { AuthServerSettings } from './settings.js'
@@ -16,19 +18,27 @@ export interface LimiterOptions {
   readonly duration: number
 }
 
-/** Builds one limiter; the memory one by default, a RateLimiterRedis over a shared client for several replicas. */
-export type LimiterFactory = (options: LimiterOptions) => RateLimiterAbstract
+/** One set of counters, and for a shared store the in-memory one that counts while that store fails. */
+export interface Limiter {
+  readonly counters: RateLimiterAbstract
+  readonly insurance?: RateLimiterAbstract
+}
 
-export const memoryLimiter: LimiterFactory = (options) => new RateLimiterMemory({ ...options })
+/** Builds one limiter; the memory one by default, a RateLimiterRedis over a shared client for several replicas. */
+export type LimiterFactory = (options: LimiterOptions) => Limiter
+
+export const memoryLimiter: LimiterFactory = (options) => ({ counters: new RateLimiterMemory({ ...options }) })
 
 /**
  * Counters in Redis, shared by every instance (issue 7): a brute force spread over replicas is counted
- * once. While Redis is unreachable each instance counts in memory (the insurance limiter), so throttling
- * never stops and never fails a request.
+ * once. While Redis is unreachable each instance counts in memory (the insurance), so throttling never
+ * stops and never fails a request. The throttle falls back itself (not rate-limiter-flexible's
+ * insuranceLimiter), so that a point is given back to the counters that took it, never to the others.
  */
 export function redisLimiter(client: RedisLike, prefix: string): LimiterFactory {
-  return (options) => new RateLimiterRedis({
-    ...options, keyPrefix: `${prefix}${options.keyPrefix}`, storeClient: client, insuranceLimiter: new RateLimiterMemory({ ...options }),
+  return (options) => ({
+    counters: new RateLimiterRedis({ ...options, keyPrefix: `${prefix}${options.keyPrefix}`, storeClient: client }),
+    insurance: new RateLimiterMemory({ ...options }),
   })
 }
 
@@ -49,12 +59,41 @@ export const USER_CODE_LIMITS: ThrottleLimits = { failuresPerClient: 5, failures
 /**
  * Every interaction is a row in the store for ten minutes, and /authorize (or /device) creates one for
  * anyone: at most 300 a minute per address, then 429 / temporarily_unavailable, so a flood of anonymous
- * requests cannot fill the store. Counted on every creation (`fail`), not only on failures.
+ * requests cannot fill the store. Every creation is an attempt that is kept, never released.
  */
 export const INTERACTION_LIMITS: ThrottleLimits = { failuresPerClient: 300, failuresPerIp: 300, throttleWindowSeconds: 60 }
 
 /** Told when a key has just used up its allowance: once per lockout (the audit event `throttle.engaged`). */
 export type ThrottleEngaged = (engaged: { throttle: string; key: string; retryAfterSeconds: number }) => void
+
+/**
+ * A given-back point must fall in the window it was taken from: given back in the next one it would be a
+ * credit there (the key would start that window at -1). Within this much of its window's end a point is
+ * left to expire instead; with Redis the window's end is known only to within one round trip.
+ */
+const RELEASE_MARGIN_MS = 1000
+
+/** The point one attempt took from one key, the counters that hold it, and when its window ends. */
+interface Held {
+  readonly key: string
+  readonly counters: RateLimiterAbstract
+  readonly consumedPoints: number
+  readonly windowEndsAt: number
+  /** The key had no attempt left: the point is given back at once. */
+  readonly refused: boolean
+}
+
+/** consume() of one point, a refusal included (consume counts it all the same); a store failure throws. */
+async function consumeOne(counters: RateLimiterAbstract, key: string): Promise<Held> {
+  const held = (state: RateLimiterRes, refused: boolean): Held =>
+    ({ key, counters, consumedPoints: state.consumedPoints, windowEndsAt: Date.now() + state.msBeforeNext, refused })
+  try {
+    return held(await counters.consume(key, 1), false)
+  } catch (error) {
+    if (error instanceof RateLimiterRes) return held(error, true)
+    throw error
+  }
+}
 
 /** `name` keeps the counters of two throttles apart in a shared limiter store. */
 export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterFactory = memoryLimiter, name = 'failures',
@@ -71,37 +110,72 @@ export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterF
     keyPrefix: `portcullis-${name}-ip`, duration,
     points: positiveInteger('failures_per_ip', settings.failuresPerIp),
   })
-  const limiterFor = (key: string) => (key.startsWith('ip:') ? perIp : perIdentity)
+  const take = (key: string): Promise<Held> => {
+    const { counters, insurance } = key.startsWith('ip:') ? perIp : perIdentity
+    return consumeOne(counters, key).catch((error: unknown) => {
+      if (insurance === undefined) throw error
+      return consumeOne(insurance, key)
+    })
+  }
+  // reward() cannot fail the caller: a point not given back (store down) expires with its window.
+  const release = (held: readonly Held[]) => Promise.all(held.map(({ key, counters, windowEndsAt }) =>
+    (Date.now() < windowEndsAt - RELEASE_MARGIN_MS ? counters.reward(key, 1).catch(() => undefined) : undefined))).then(() => undefined)
 
   return {
-    async check(keys) {
-      let waitMs = 0
-      const exhausted: string[] = []
-      for (const key of keys) {
-        const limiter = limiterFor(key)
-        const state = await limiter.get(key)
-        if (state && state.consumedPoints >= limiter.points && state.msBeforeNext > 0) {
-          exhausted.push(key)
-          waitMs = Math.max(waitMs, state.msBeforeNext)
-        }
+    async reserve(keys) {
+      // consume() is one atomic increment per key (in-process, or one Lua script in Redis), so parallel
+      // attempts each see the count including every attempt started before them.
+      const outcomes = await Promise.allSettled(keys.map(take))
+      const held = outcomes.flatMap((outcome) => (outcome.status === 'fulfilled' ? [outcome.value] : []))
+      const failed = outcomes.find((outcome) => outcome.status === 'rejected')
+      const exhausted = held.filter((point) => point.refused)
+      if (failed !== undefined || exhausted.length > 0) {
+        // A refused attempt is not evaluated, so it counts on no key: a locked address does not also use up
+        // the allowance of the client_id it names, and the count stays "failures + attempts in flight".
+        await release(held)
+        if (failed !== undefined) throw failed.reason
+        const waitMs = Math.max(...exhausted.map((point) => point.windowEndsAt)) - Date.now()
+        throw new TooManyAttempts(Math.max(1, Math.ceil(waitMs / 1000)), `too many failures for ${exhausted.map((point) => point.key).join(', ')}`)
       }
-      if (exhausted.length > 0) {
-        throw new TooManyAttempts(Math.max(1, Math.ceil(waitMs / 1000)), `too many failures for ${exhausted.join(', ')}`)
-      }
-    },
-    async fail(keys) {
-      // penalty() counts without rejecting past the limit. A limiter store outage must not turn the
-      // caller's 400/401 into a 500, so it is swallowed here; the next check() surfaces it.
-      await Promise.all(keys.map((key) => {
-        const limiter = limiterFor(key)
-        return limiter.penalty(key, 1).then((state) => {
-          // The failure that uses up the allowance starts the lockout. Counts only grow within a window, so this
-          // is once per lockout, whichever replica counted it, however many refused requests follow.
-          if (state.consumedPoints === limiter.points) {
-            onEngaged?.({ throttle: name, key, retryAfterSeconds: Math.max(1, Math.ceil(state.msBeforeNext / 1000)) })
+      let settled = false
+      return {
+        keep() {
+          if (settled) return
+          settled = true
+          for (const { key, counters, consumedPoints, windowEndsAt } of held) {
+            // The failure that took the last point starts the lockout: once per lockout, whichever replica
+            // counted it, however many refused requests follow.
+            if (consumedPoints === counters.points) {
+              onEngaged?.({ throttle: name, key, retryAfterSeconds: Math.max(1, Math.ceil((windowEndsAt - Date.now()) / 1000)) })
+            }
           }
-        }).catch(() => undefined)
-      }))
+        },
+        async release() {
+          if (settled) return
+          settled = true
+          await release(held)
+        },
+      }
     },
   }
+}
+
+/**
+ * One throttled verification (issue 16): counted on `keys` before `verify` runs, given back when its
+ * outcome is a success, kept otherwise (a throw included). Throws TooManyAttempts without running `verify`
+ * when a key has no attempt left.
+ */
+export async function verifyThrottled<T>(throttle: Throttle, keys: readonly string[], verify: () => Promise<T>,
+  succeeded: (outcome: T) => boolean = Boolean): Promise<T> {
+  const attempt = await throttle.reserve(keys)
+  let outcome: T
+  try {
+    outcome = await verify()
+  } catch (error) {
+    attempt.keep()
+    throw error
+  }
+  if (succeeded(outcome)) await attempt.release()
+  else attempt.keep()
+  return outcome
 }

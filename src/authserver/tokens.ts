@@ -8,7 +8,7 @@ import { signCompactJws } from '../crypto/jws.js'
 import { tokenHash } from '../authn/token-cache.js'
 import type { AuthServerSettings } from './settings.js'
 import type { SigningKeys } from './context.js'
-import type { StorageAdapter } from './storage/adapter.js'
+import type { ArtifactWrite, StorageAdapter } from './storage/adapter.js'
 import type { RegisteredClient } from './clients.js'
 
 /** Prefixes make our secrets recognisable to secret scanners and route opaque tokens without a lookup. */
@@ -31,6 +31,9 @@ export interface GrantRecord {
   readonly expiresAt: number
   readonly authTime?: number
 }
+
+/** What issuing a token reads of its grant: everything but createdAt (a refresh token's record holds all of it). */
+export type TokenGrant = Omit<GrantRecord, 'createdAt'>
 
 /** What the store keeps of an access token: enough to answer introspection and to revoke it. */
 export interface StoredAccessToken {
@@ -55,6 +58,14 @@ export interface StoredRefreshToken {
   readonly grantExpiresAt: number
   readonly authTime?: number
   readonly [member: string]: unknown
+}
+
+/** An access token minted but not yet stored: the token, and the write that stores its record. */
+export interface MintedAccessToken {
+  readonly token: string
+  readonly expiresIn: number
+  readonly record: StoredAccessToken
+  readonly write: ArtifactWrite
 }
 
 /** RFC 6749 §5.1 success body (T-04). */
@@ -113,8 +124,19 @@ export class TokenService {
   }
 
   /** An access token of the grant, narrowed to `scope`; recorded so the grant's revocation reaches it. */
-  async issueAccessToken(grant: GrantRecord, scope: readonly string[],
+  async issueAccessToken(grant: TokenGrant, scope: readonly string[],
     audience: readonly string[] = this.settings.audience): Promise<{ token: string; expiresIn: number }> {
+    const minted = this.mintAccessToken(grant, scope, audience)
+    await this.store.upsert(minted.write.kind, minted.write.id, minted.write.value, minted.write.expiresInSeconds)
+    this.noteIssued(minted)
+    return minted
+  }
+
+  /**
+   * An access token and the store write that records it, not yet written: refresh rotation writes it in the
+   * same atomic step as the consume (StorageAdapter.consumeAndWrite), then calls noteIssued.
+   */
+  mintAccessToken(grant: TokenGrant, scope: readonly string[], audience: readonly string[] = this.settings.audience): MintedAccessToken {
     const { settings } = this
     const iat = this.nowSeconds()
     const expiresIn = Math.max(1, Math.min(settings.accessTokenTtlSeconds, grant.expiresAt - iat))
@@ -145,21 +167,30 @@ export class TokenService {
       }, key.privateKey)
       id = jti
     }
-    await this.store.upsert('access_token', id, { ...record }, expiresIn)
-    this.justIssued.set(id, record)
-    return { token, expiresIn }
+    return { token, expiresIn, record, write: { kind: 'access_token', id, value: { ...record }, expiresInSeconds: expiresIn } }
+  }
+
+  /** Keeps a minted access token's record for the token endpoint's audit line (takeIssued), once it is stored. */
+  noteIssued(minted: MintedAccessToken): void {
+    this.justIssued.set(minted.write.id, minted.record)
   }
 
   /** A new refresh token of the grant; it lives until the refresh TTL, never past the grant (RT-08). */
-  async issueRefreshToken(grant: GrantRecord): Promise<string> {
+  async issueRefreshToken(grant: TokenGrant): Promise<string> {
+    const { token, write } = this.mintRefreshToken(grant)
+    await this.store.upsert(write.kind, write.id, write.value, write.expiresInSeconds)
+    return token
+  }
+
+  /** A refresh token and the store write that records it, not yet written (see mintAccessToken). */
+  mintRefreshToken(grant: TokenGrant): { token: string; write: ArtifactWrite } {
     const token = randomToken(REFRESH_TOKEN_PREFIX)
     const ttl = grant.expiresAt - this.nowSeconds()
     const record: StoredRefreshToken = {
       grantId: grant.grantId, clientId: grant.clientId, sub: grant.sub, scope: grant.scope, grantExpiresAt: grant.expiresAt,
       ...(grant.authTime !== undefined && { authTime: grant.authTime }),
     }
-    await this.store.upsert('refresh_token', tokenHash(token), { ...record }, Math.max(1, ttl))
-    return token
+    return { token, write: { kind: 'refresh_token', id: tokenHash(token), value: { ...record }, expiresInSeconds: Math.max(1, ttl) } }
   }
 
   /** The T-04 response: an access token, and a refresh token when the client may refresh. */

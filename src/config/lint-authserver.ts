@@ -10,6 +10,9 @@ import { isRedisUrl } from '../authserver/storage/redis-url.js'
 /** The grants that can hand out a refresh token; `refresh_token` alone is useless. */
 const ISSUES_REFRESH = new Set(['authorization_code', 'password', 'urn:ietf:params:oauth:grant-type:device_code'])
 
+/** refresh_token.reuse_grace and a client's refresh_token_reuse_grace: seconds, never minutes. */
+const MAX_REUSE_GRACE_MS = 10_000
+
 function isLoopbackLiteral(hostname: string): boolean {
   return hostname === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname)
 }
@@ -57,6 +60,13 @@ function lintClient(client: ClientConfig, at: Array<string | number>, problems: 
   if (grants.has('refresh_token') && ![...grants].some((grant) => ISSUES_REFRESH.has(grant))) {
     problems.push({ path: [...at, 'grant_types'], message: 'refresh_token needs a grant that issues refresh tokens (authorization_code, password or device_code)' })
   }
+  const grace = client.refresh_token_reuse_grace
+  if (grace !== undefined && parseDuration(grace) > MAX_REUSE_GRACE_MS) {
+    problems.push({ path: [...at, 'refresh_token_reuse_grace'], message: 'must be at most 10s (RFC 9700 §4.14.2: a replayed refresh token revokes its grant)' })
+  }
+  if (grace !== undefined && !grants.has('refresh_token')) {
+    problems.push({ path: [...at, 'refresh_token_reuse_grace'], message: 'is only used with the refresh_token grant' })
+  }
   const redirects = client.redirect_uris ?? []
   if (grants.has('authorization_code') && redirects.length === 0) {
     problems.push({ path: [...at, 'redirect_uris'], message: 'authorization_code needs at least one redirect URI' })
@@ -90,6 +100,16 @@ function lintStore(store: AuthorizationServerConfig['store'], at: Array<string |
   }
 }
 
+/** Insecure but legal `authorization_server` settings: part of configWarnings (logged at start, printed by `check`). */
+export function authorizationServerWarnings(config: GatewayConfig): string[] {
+  const as = config.authorization_server
+  const type = as?.store?.type ?? 'sqlite'
+  // A memory store keeps its keys in the process: nothing is at rest.
+  if (!as?.enabled || type === 'memory' || as.signing?.key_encryption_key !== undefined) return []
+  return [`authorization_server.signing.key_encryption_key is not set: the private signing keys are stored in clear in ${type === 'redis' ? 'Redis' : 'the SQLite file'}; ` +
+    'whoever reads it, or a backup of it, can sign tokens']
+}
+
 export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
   const as: AuthorizationServerConfig | undefined = config.authorization_server
   if (!as?.enabled) return []
@@ -105,6 +125,11 @@ export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
   const codeTtl = as.authorization_code?.ttl
   if (codeTtl !== undefined && (parseDuration(codeTtl) < 1000 || parseDuration(codeTtl) > 600_000)) {
     problems.push({ path: [...base, 'authorization_code', 'ttl'], message: 'must be between 1s and 10m (RFC 6749 §4.1.2)' })
+  }
+  // RFC 9700 §4.14.2: every reuse should revoke; a grace only covers a client racing itself, for seconds.
+  const grace = as.refresh_token?.reuse_grace
+  if (grace !== undefined && parseDuration(grace) > MAX_REUSE_GRACE_MS) {
+    problems.push({ path: [...base, 'refresh_token', 'reuse_grace'], message: 'must be at most 10s (RFC 9700 §4.14.2: a replayed refresh token revokes its grant)' })
   }
   const clientIds = new Map<string, number>()
   ;(as.clients ?? []).forEach((client, index) => {

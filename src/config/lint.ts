@@ -3,7 +3,7 @@ import { accessSync, constants } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import type { GatewayConfig } from './schema.js'
 import { compileRules, type RuleProblem } from '../rules/compile.js'
-import { lintAuthorizationServer } from './lint-authserver.js'
+import { authorizationServerWarnings, lintAuthorizationServer } from './lint-authserver.js'
 import { parseDuration, parseSize } from './units.js'
 
 /**
@@ -187,5 +187,6 @@ export function configWarnings(config: GatewayConfig): string[] {
   if (asIssuer?.startsWith('http://') && URL.canParse(asIssuer) && !isLoopbackHost(new URL(asIssuer).hostname)) {
     warnings.push(`authorization_server.issuer uses http:// off loopback (${new URL(asIssuer).host}): tokens and client secrets would cross the network in clear text`)
   }
+  warnings.push(...authorizationServerWarnings(config))
   return warnings
 }

@@ -4,6 +4,7 @@
  * weakens security.
  */
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
+import { KEK_FORMAT, KEK_PATTERN } from '../authserver/key-encryption.js'
 
 /** A string enum that Ajv reports as one clean `enum` error (a union of literals would report noise). */
 function StringEnum<const T extends readonly string[]>(values: T, message?: string) {
@@ -138,6 +139,7 @@ const Client = Strict({
   require_state: Type.Optional(Type.Boolean()),
   require_pkce: Type.Optional(Type.Boolean()),
   first_party: Type.Optional(Type.Boolean()),
+  refresh_token_reuse_grace: Type.Optional(Duration),
   scopes: Type.Array(ScopeToken),
   audience: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
   name: Type.Optional(NonEmpty),
@@ -166,13 +168,16 @@ const AuthorizationServer = Strict({
   signing: Type.Optional(Strict({
     algorithm: Type.Optional(StringEnum(['ES256', 'RS256', 'EdDSA'] as const)),
     rotation_publish_delay: Type.Optional(Duration),
+    // Issue 16: seals the private signing keys in the store (authserver/key-encryption.ts); from ${ENV}.
+    key_encryption_key: Type.Optional(Type.String({ pattern: KEK_PATTERN, 'x-message': KEK_FORMAT })),
   })),
   access_token: Type.Optional(Strict({
     format: Type.Optional(StringEnum(['jwt', 'opaque'] as const)),
     ttl: Type.Optional(Duration),
     audience: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
   })),
-  refresh_token: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),
+  // reuse_grace: at most 10s (lint-authserver.ts).
+  refresh_token: Type.Optional(Strict({ ttl: Type.Optional(Duration), reuse_grace: Type.Optional(Duration) })),
   authorization_code: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),
   session: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),
   consent: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),

@@ -134,6 +134,52 @@ export function describeStorageContract(name: string, factory: StorageFactory): 
       })
     })
 
+    describe('consumeAndWrite', () => {
+      const successors = (n: number) => [
+        { kind: 'refresh_token' as const, id: `next-${n}`, value: { grantId: 'g', n }, expiresInSeconds: 60 },
+        { kind: 'access_token' as const, id: `at-${n}`, value: { grantId: 'g', n }, expiresInSeconds: 30 },
+      ]
+
+      it('consumes and writes in one step, for the first caller only; the writes join the grant', async () => {
+        const { store, time } = await open()
+        await store.upsert('refresh_token', 'r', { grantId: 'g' }, 60)
+        expect(await store.consumeAndWrite('refresh_token', 'r', successors(1))).toBe(true)
+        expect(await store.consumeAndWrite('refresh_token', 'r', successors(2))).toBe(false)
+        expect(await store.find('refresh_token', 'r')).toStrictEqual({ grantId: 'g', consumedAt: time() })
+        expect(await store.find('refresh_token', 'next-1')).toStrictEqual({ grantId: 'g', n: 1 })
+        expect(await store.find('access_token', 'at-1')).toStrictEqual({ grantId: 'g', n: 1 })
+        expect(await store.find('refresh_token', 'next-2')).toBeUndefined()
+        expect(await store.list('access_token')).toStrictEqual([{ kind: 'access_token', id: 'at-1', value: { grantId: 'g', n: 1 }, expiresAt: T0 + 30_000 }])
+        expect((await store.revokeByGrantId('g')).map((record) => `${record.kind}/${record.id}`).sort())
+          .toStrictEqual(['access_token/at-1', 'refresh_token/next-1', 'refresh_token/r'])
+      })
+
+      it('lets exactly one of 10 parallel callers through, and stores only that one\'s writes', async () => {
+        const { store } = await open()
+        await store.upsert('refresh_token', 'r', { grantId: 'g' }, 60)
+        const results = await Promise.all(Array.from({ length: 10 }, (_, n) => store.consumeAndWrite('refresh_token', 'r', successors(n))))
+        expect(results.filter(Boolean)).toHaveLength(1)
+        const winner = results.indexOf(true)
+        for (let n = 0; n < 10; n++) expect(await store.find('refresh_token', `next-${n}`)).toStrictEqual(n === winner ? { grantId: 'g', n } : undefined)
+      })
+
+      it('changes nothing for a missing, expired or consumed artifact, or when what it requires is missing or expired', async () => {
+        const { store, advance } = await open()
+        expect(await store.consumeAndWrite('refresh_token', 'missing', successors(1))).toBe(false)
+        await store.upsert('refresh_token', 'r', { grantId: 'g' }, 60)
+        await store.upsert('grant', 'g', { sub: 'alice' }, 10)
+        expect(await store.consumeAndWrite('refresh_token', 'r', successors(2), { kind: 'grant', id: 'other' })).toBe(false)
+        advance(10_000)
+        expect(await store.consumeAndWrite('refresh_token', 'r', successors(3), { kind: 'grant', id: 'g' })).toBe(false)
+        expect(await store.find('refresh_token', 'r')).toStrictEqual({ grantId: 'g' })
+        await store.upsert('grant', 'g', { sub: 'alice' }, 10)
+        expect(await store.consumeAndWrite('refresh_token', 'r', successors(4), { kind: 'grant', id: 'g' })).toBe(true)
+        advance(60_000)
+        expect(await store.consumeAndWrite('refresh_token', 'r', successors(5))).toBe(false)
+        for (const n of [1, 2, 3, 5]) expect(await store.find('refresh_token', `next-${n}`)).toBeUndefined()
+      })
+    })
+
     describe('destroy', () => {
       it('removes the artifact of that kind only, and ignores a missing one', async () => {
         const { store } = await open()

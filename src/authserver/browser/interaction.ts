@@ -35,9 +35,9 @@ export type Interaction =
  * past INTERACTION_LIMITS for the address.
  */
 export async function startInteraction(ctx: AuthServerContext, interaction: Interaction, ip: string): Promise<string> {
-  const keys = [`ip:${ip}`]
-  await ctx.interactionThrottle.check(keys)
-  await ctx.interactionThrottle.fail(keys)
+  // Every interaction started counts: kept, never given back.
+  const attempt = await ctx.interactionThrottle.reserve([`ip:${ip}`])
+  attempt.keep()
   const id = randomToken()
   await ctx.store.upsert('interaction', tokenHash(id), { ...interaction }, INTERACTION_TTL_SECONDS)
   return id

@@ -4,13 +4,16 @@
  */
 import type { FastifyReply } from 'fastify'
 import { TooManyAttempts } from '../../errors/oauth-errors.js'
-import type { Throttle } from '../context.js'
+import type { Attempt, Throttle } from '../context.js'
 
-/** Undefined when `keys` may try again; otherwise the lockout sentence (`Too many <what>. Try again in …`). */
-export async function lockout(throttle: Throttle, keys: readonly string[], reply: FastifyReply, what: string): Promise<string | undefined> {
+/**
+ * One attempt of `keys`, counted before the page evaluates it (issue 16), when they may try again: the caller
+ * keeps it on a failure and releases it on a success. Otherwise the lockout sentence (`Too many <what>. Try
+ * again in …`), with Retry-After set.
+ */
+export async function reserveAttempt(throttle: Throttle, keys: readonly string[], reply: FastifyReply, what: string): Promise<Attempt | string> {
   try {
-    await throttle.check(keys)
-    return undefined
+    return await throttle.reserve(keys)
   } catch (error) {
     if (!(error instanceof TooManyAttempts)) throw error
     reply.log.warn({ reason: error.internal.detail }, `page throttled: too many ${what}`)

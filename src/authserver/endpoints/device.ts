@@ -2,12 +2,12 @@
  * The device verification page (RFC 8628 §3.3; checklist DV-01..DV-05): the user logs in, types the code
  * the device shows (any case, with or without the dash), sees which client asks for what, and approves
  * or denies. `verification_uri_complete` only pre-fills the code: approval is always a separate, explicit
- * POST (§5.4, remote phishing). Wrong codes count per browser session and per address; five in five
- * minutes lock the form (DV-04, §5.1: 20^8 codes are only about 2^34.6).
+ * POST (§5.4, remote phishing). Wrong codes count per browser session and per address, each from before
+ * it is looked up; five in five minutes lock the form (DV-04, §5.1: 20^8 codes are only about 2^34.6).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { startInteraction } from '../browser/interaction.js'
-import { lockout } from '../browser/lockout.js'
+import { reserveAttempt } from '../browser/lockout.js'
 import { csrfField, html, pageErrorHandler, sendPage, sendRedirect } from '../browser/page.js'
 import { readSession, type BrowserSession } from '../browser/session.js'
 import type { AuthServerContext } from '../context.js'
@@ -41,25 +41,42 @@ async function sendLogin(ctx: AuthServerContext, reply: FastifyReply, userCode: 
   return sendLoginPage(ctx, reply, await startInteraction(ctx, interaction, reply.request.ip), interaction)
 }
 
+/**
+ * The device request `input` names, when it is pending and, with a decision, that decision was recorded;
+ * undefined for an unknown, expired or used code or an unknown decision (a wrong guess).
+ */
+async function evaluate(ctx: AuthServerContext, session: BrowserSession, input: string, decision: string | undefined) {
+  if (decision !== undefined && decision !== 'approve' && decision !== 'deny') return undefined
+  // Read before the decision consumes it: the audit line names the client and scope (never the user code).
+  const found = await findUserCode(ctx, input)
+  if (!found || decision === undefined) return found
+  const user = { sub: session.user.sub, authTime: session.authTime }
+  const decided = decision === 'approve' ? await approveDeviceCode(ctx, input, user) : await denyDeviceCode(ctx, input)
+  return decided ? found : undefined
+}
+
 async function submit(ctx: AuthServerContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const session = await readSession(ctx, request)
   if (!session) return sendRedirect(reply, 'POST', `${ctx.settings.prefix}/device`)
   const form = parseForm(request.body)
   const input = (form.get('user_code') ?? '').slice(0, MAX_INPUT)
   const decision = form.get('decision')
-  const keys = [`session:${session.id}`, `ip:${request.ip}`]
-  const locked = await lockout(ctx.userCodeThrottle, keys, reply, 'wrong codes')
-  if (locked !== undefined) return sendEntryPage(ctx, reply, session, { status: 429, error: locked })
-  // DV-03: unknown, expired and used codes all read the same, and each counts as a failure.
-  const refuse = async () => {
-    await ctx.userCodeThrottle.fail(keys)
+  // Issue 16: counted before the code is looked up, so parallel guesses get no more lookups than the allowance.
+  const attempt = await reserveAttempt(ctx.userCodeThrottle, [`session:${session.id}`, `ip:${request.ip}`], reply, 'wrong codes')
+  if (typeof attempt === 'string') return sendEntryPage(ctx, reply, session, { status: 429, error: attempt })
+  const found = await evaluate(ctx, session, input, decision).catch((error: unknown) => {
+    attempt.keep()
+    throw error
+  })
+  if (!found) {
+    // DV-03: unknown, expired and used codes all read the same, and each counts as a failure.
+    attempt.keep()
     return sendEntryPage(ctx, reply, session, {
       status: 400, userCode: input, error: 'That code is not valid or has expired. Check the code on your device and try again.',
     })
   }
+  await attempt.release()
   if (decision === undefined) {
-    const found = await findUserCode(ctx, input)
-    if (!found) return refuse()
     const client = ctx.clients.find(found.clientId)
     const name = client?.name ?? found.clientId
     // DV-01, DV-05: what the device asks for, and an explicit choice.
@@ -77,13 +94,6 @@ ${csrfField(reply.generateCsrf())}
 </form>`
     return sendPage(reply, { status: 200, title: `Connect ${name}?`, body })
   }
-  if (decision !== 'approve' && decision !== 'deny') return refuse()
-  // Read before the decision consumes it: the audit line names the client and scope (never the user code).
-  const found = await findUserCode(ctx, input)
-  if (!found) return refuse()
-  const user = { sub: session.user.sub, authTime: session.authTime }
-  const decided = decision === 'approve' ? await approveDeviceCode(ctx, input, user) : await denyDeviceCode(ctx, input)
-  if (!decided) return refuse()
   request.log.info({ sub: session.user.sub, decision }, 'device code decided')
   ctx.audit.emit(decision === 'approve' ? 'device_code.approved' : 'device_code.denied', {
     sub: session.user.sub, client_id: found.clientId, scope: found.scope.join(' '), ip: request.ip, req_id: request.id,

@@ -2,13 +2,14 @@
  * The login page (checklist A-14..A-16): a form for username and password, reached from /authorize or
  * /device with an interaction id. A failed login says the same for an unknown user and a wrong password,
  * in the same time (UserDirectory.verify), and counts against the username and the address in the same
- * throttle as the token endpoint (CA-09, PW-04); past the limit the form answers 429 with a lockout
- * message. A success starts a new session (browser/session.ts) and continues the interaction.
+ * throttle as the token endpoint (CA-09, PW-04), from before the password is checked (issue 16); past the
+ * limit the form answers 429 with a lockout message. A success starts a new session (browser/session.ts)
+ * and continues the interaction.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { continueAuthorization } from '../browser/flow.js'
 import { findInteraction, finishInteraction, type Interaction } from '../browser/interaction.js'
-import { lockout } from '../browser/lockout.js'
+import { reserveAttempt } from '../browser/lockout.js'
 import { csrfField, html, pageErrorHandler, sendErrorPage, sendPage, sendRedirect } from '../browser/page.js'
 import { startSession } from '../browser/session.js'
 import type { AuthServerContext } from '../context.js'
@@ -66,17 +67,20 @@ async function login(ctx: AuthServerContext, request: FastifyRequest, reply: Fas
   if (username === '' || password === '' || password.length > MAX_PASSWORD) {
     return sendLoginPage(ctx, reply, interactionId, interaction, { status: 400, error: 'Enter your username and password.', username })
   }
-  const keys = [`user:${username}`, `ip:${request.ip}`]
-  const locked = await lockout(ctx.throttle, keys, reply, 'failed sign-in attempts')
-  if (locked !== undefined) return sendLoginPage(ctx, reply, interactionId, interaction, { status: 429, username, error: locked })
-  const user = await ctx.users.verify(username, password)
+  const attempt = await reserveAttempt(ctx.throttle, [`user:${username}`, `ip:${request.ip}`], reply, 'failed sign-in attempts')
+  if (typeof attempt === 'string') return sendLoginPage(ctx, reply, interactionId, interaction, { status: 429, username, error: attempt })
+  const user = await ctx.users.verify(username, password).catch((error: unknown) => {
+    attempt.keep()
+    throw error
+  })
   if (!user) {
-    await ctx.throttle.fail(keys)
+    attempt.keep()
     request.log.info({ username: username.slice(0, 64) }, 'login failed')
     ctx.audit.emit('login.failed', { username: username.slice(0, 64), reason: 'invalid_credentials', ip: request.ip, req_id: request.id })
     // One message for an unknown user and a wrong password: no enumeration.
     return sendLoginPage(ctx, reply, interactionId, interaction, { status: 401, error: 'Wrong username or password.', username })
   }
+  await attempt.release()
   const session = await startSession(ctx, request, reply, user)
   request.log.info({ sub: user.sub }, 'login succeeded')
   ctx.audit.emit('login.succeeded', {

@@ -1,11 +1,13 @@
 /**
  * grant_type=password (checklist §3.5), for first-party clients registered for it (PW-02): a wrong
  * username and a wrong password look and take the same (PW-03, UserDirectory.verify), and failures are
- * throttled per username and per source address (PW-04, the same Throttle as client authentication).
+ * throttled per username and per source address (PW-04, the same Throttle as client authentication),
+ * each attempt counted before its password is checked (issue 16).
  */
 import { InvalidGrant, InvalidRequest, UnauthorizedClient } from '../../errors/oauth-errors.js'
 import { withIdToken } from '../id-token.js'
 import { grantScope } from '../scope.js'
+import { verifyThrottled } from '../throttle.js'
 import type { GrantHandler } from './grant.js'
 
 export const passwordGrant: GrantHandler = {
@@ -19,11 +21,9 @@ export const passwordGrant: GrantHandler = {
     if (username === undefined || password === undefined) throw new InvalidRequest('username and password are required')
     // Before the password is checked: a bad scope costs no scrypt and counts as no failure.
     const scope = grantScope(form.get('scope'), client.scopes)
-    const keys = [`user:${username}`, `ip:${ip}`]
-    await ctx.throttle.check(keys)
-    const user = await ctx.users.verify(username, password)
+    // Issue 16: counted before the scrypt, given back only when the password is right.
+    const user = await verifyThrottled(ctx.throttle, [`user:${username}`, `ip:${ip}`], () => ctx.users.verify(username, password))
     if (!user) {
-      await ctx.throttle.fail(keys)
       ctx.audit.emit('login.failed', { username: username.slice(0, 64), reason: 'invalid_credentials', ip })
       // One response for an unknown user and a wrong password (no enumeration); the log knows which key failed.
       throw new InvalidGrant(`wrong username or password for ${JSON.stringify(username.slice(0, 64))}`)

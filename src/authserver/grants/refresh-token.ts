@@ -1,19 +1,69 @@
 /**
- * grant_type=refresh_token (checklist §3.3): rotation on every use (RT-03), reuse of a rotated token
- * revokes the whole grant (RT-04), parallel refreshes → one success (RT-05, an atomic consume), scope
- * may narrow but never widen and the new refresh token keeps the grant's scope (RT-06), and the
- * grant's absolute lifetime is never extended (RT-08). With openid still in scope, a new ID token (RT-07).
+ * grant_type=refresh_token (checklist §3.3): rotation on every use (RT-03), scope may narrow but never widen
+ * and the new refresh token keeps the grant's scope (RT-06), the grant's absolute lifetime is never extended
+ * (RT-08), and with openid still in scope a new ID token (RT-07).
+ *
+ * Reuse (RT-04, RT-05; RFC 9700 §4.14.2): a rotation is one atomic step of the store, the old token consumed
+ * and the new tokens written together, so of parallel refreshes exactly one rotates and answers 200. Any
+ * other presentation of a rotated-out token is reuse and revokes the whole grant, the tokens just issued
+ * included: the server cannot tell a thief who refreshed first from the client, and a lost race looks the
+ * same. Except within the reuse grace (`refresh_token.reuse_grace`, or the client's own; 0 by default, at
+ * most 10 s): there the same client asking for the same scope and audience, while the new refresh token is
+ * still unused, gets that rotation's response again: the same tokens, never a second family. The response
+ * is kept for the grace only, sealed under the old refresh token (refresh-successor.ts).
  */
 import { tokenHash } from '../../authn/token-cache.js'
 import { InvalidGrant, InvalidRequest } from '../../errors/oauth-errors.js'
+import type { RegisteredClient } from '../clients.js'
+import type { AuthServerContext } from '../context.js'
 import { withIdToken } from '../id-token.js'
+import { openSuccessor, requestBinding, sealSuccessor } from '../refresh-successor.js'
 import { revokeGrant } from '../revoke-grant.js'
 import { grantScope } from '../scope.js'
-import type { GrantRecord, StoredRefreshToken } from '../tokens.js'
+import type { ArtifactWrite } from '../storage/adapter.js'
+import type { StoredRefreshToken, TokenGrant, TokenResponseBody } from '../tokens.js'
 import type { GrantHandler } from './grant.js'
 
-/** How long after a rotation a second presentation counts as a lost race rather than a replay. */
-const RACE_WINDOW_MS = 2000
+type FoundRefreshToken = StoredRefreshToken & { readonly consumedAt?: number }
+
+/** One presentation of a refresh token: who, which token (raw, for the seal; hashed, its id), what for. */
+interface Presentation {
+  readonly ctx: AuthServerContext
+  readonly client: RegisteredClient
+  readonly presented: string
+  readonly id: string
+  /** The scope and audience asked for (refresh-successor.ts): a replay in the grace must ask the same. */
+  readonly binding: Buffer
+  readonly ip: string
+}
+
+function reuseGraceMs(ctx: AuthServerContext, client: RegisteredClient): number {
+  return client.refreshReuseGraceMs ?? ctx.settings.refreshReuseGraceMs
+}
+
+/**
+ * A rotated-out refresh token came back. Within the grace, the same request while the new refresh token is
+ * unused gets the rotation's response again; anything else is reuse, and the grant dies (RT-04).
+ */
+async function presentedAgain(request: Presentation, stored: FoundRefreshToken, consumedAt: number): Promise<TokenResponseBody> {
+  const { ctx, client, id, ip } = request
+  const elapsedMs = Math.max(0, ctx.now() - consumedAt)
+  const graceMs = reuseGraceMs(ctx, client)
+  if (graceMs > 0 && elapsedMs <= graceMs) {
+    const kept = await ctx.store.find('refresh_successor', id)
+    const body = typeof kept?.sealed === 'string' ? openSuccessor(request.presented, request.binding, kept.sealed) : undefined
+    const successor = body?.refresh_token !== undefined ? await ctx.store.find('refresh_token', tokenHash(body.refresh_token)) : undefined
+    if (body && successor && successor.consumedAt === undefined) {
+      ctx.audit.emit('refresh_token.replayed_in_grace', { client_id: client.clientId, sub: stored.sub, grant_id: stored.grantId, ip })
+      return { ...body, expires_in: Math.max(1, body.expires_in - Math.floor(elapsedMs / 1000)) }
+    }
+  }
+  await revokeGrant(ctx, stored.grantId, 'refresh token reuse')
+  ctx.audit.emit('refresh_token.reuse_detected', {
+    client_id: client.clientId, sub: stored.sub, grant_id: stored.grantId, grant_revoked: true, ip,
+  })
+  throw new InvalidGrant('refresh token reuse: the grant is revoked')
+}
 
 export const refreshTokenGrant: GrantHandler = {
   grantType: 'refresh_token',
@@ -22,45 +72,44 @@ export const refreshTokenGrant: GrantHandler = {
     const presented = form.get('refresh_token')
     if (presented === undefined) throw new InvalidRequest('refresh_token is required')
     const id = tokenHash(presented)
-    const stored = await ctx.store.find('refresh_token', id) as (StoredRefreshToken & { consumedAt?: number }) | undefined
+    const stored = await ctx.store.find('refresh_token', id) as FoundRefreshToken | undefined
     if (!stored) throw new InvalidGrant('unknown, expired or revoked refresh token')
     // RT-02: another client's refresh token says nothing about itself to this client.
     if (stored.clientId !== client.clientId) throw new InvalidGrant('refresh token of another client')
     // RT-06, checked before anything is consumed: a refused scope leaves the refresh token usable.
     const scope = grantScope(form.get('scope'), stored.scope)
-    // RT-04: presenting a token already rotated out is reuse, and the whole family dies. Except within
-    // RACE_WINDOW_MS of its rotation: that is a parallel refresh by the same client which lost the race
-    // (RT-05), refused without a token and without killing the winner's new ones (never a second family).
-    if (stored.consumedAt !== undefined && ctx.now() - stored.consumedAt < RACE_WINDOW_MS) {
-      throw new InvalidGrant('refresh token already rotated by a parallel request')
-    }
-    if (stored.consumedAt !== undefined) {
-      await revokeGrant(ctx, stored.grantId, 'refresh token reuse')
-      ctx.audit.emit('refresh_token.reuse_detected', {
-        client_id: client.clientId, sub: stored.sub, grant_id: stored.grantId, grant_revoked: true, ip,
-      })
-      throw new InvalidGrant('refresh token reuse: the grant is revoked')
-    }
-    // RT-05: of parallel refreshes, the atomic consume lets exactly one through; the others lose the race
-    // (not a replay of a rotated token, so the winner's new tokens stay valid).
-    if (!(await ctx.store.consume('refresh_token', id))) throw new InvalidGrant('refresh token already being rotated')
-    const grantRow = await ctx.store.find('grant', stored.grantId)
-    const nowSeconds = Math.floor(ctx.now() / 1000)
-    if (!grantRow || stored.grantExpiresAt <= nowSeconds) throw new InvalidGrant('the grant has ended')
+    const request: Presentation = { ctx, client, presented, id, binding: requestBinding(scope, audience), ip }
+    if (stored.consumedAt !== undefined) return presentedAgain(request, stored, stored.consumedAt)
+    if (stored.grantExpiresAt <= Math.floor(ctx.now() / 1000)) throw new InvalidGrant('the grant has ended')
     // RT-09: a user or client removed from the config can no longer refresh.
     if (stored.sub !== client.clientId && !ctx.users.findBySub(stored.sub)) throw new InvalidGrant('the user no longer exists')
-    const grant = grantRow as unknown as GrantRecord
+
+    // Everything the rotation hands out is made first, then stored in the step that consumes the old token.
     // The new refresh token carries the grant's whole scope; only this access token is narrowed.
-    // Written together: one commit of the store (group commit) rather than two in a row.
-    const [{ token, expiresIn }, refreshToken] = await Promise.all([ctx.tokens.issueAccessToken(grant, scope, audience), ctx.tokens.issueRefreshToken(grant)])
-    // A parallel reuse may have revoked the grant while these were written: then they die with it.
-    if (!(await ctx.store.find('grant', grant.grantId))) {
-      await revokeGrant(ctx, grant.grantId, 'revoked during rotation')
-      throw new InvalidGrant('the grant was revoked')
+    const grant: TokenGrant = {
+      grantId: stored.grantId, clientId: stored.clientId, sub: stored.sub, scope: stored.scope, expiresAt: stored.grantExpiresAt,
+      ...(stored.authTime !== undefined && { authTime: stored.authTime }),
     }
+    const access = ctx.tokens.mintAccessToken(grant, scope, audience)
+    const refresh = ctx.tokens.mintRefreshToken(grant)
     // RT-07: an ID token when the narrowed scope still holds openid; the grant keeps sub and auth_time, and
     // there is no nonce (that belonged to the authorization request, OIDC Core §12.2).
-    return withIdToken(ctx, { client, grant, scope },
-      { access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: scope.join(' '), refresh_token: refreshToken })
+    const body = await withIdToken(ctx, { client, grant, scope },
+      { access_token: access.token, token_type: 'Bearer', expires_in: access.expiresIn, scope: scope.join(' '), refresh_token: refresh.token })
+    const writes: ArtifactWrite[] = [access.write, refresh.write]
+    const graceMs = reuseGraceMs(ctx, client)
+    if (graceMs > 0) {
+      writes.push({ kind: 'refresh_successor', id, value: { grantId: grant.grantId, sealed: sealSuccessor(presented, request.binding, body) },
+        expiresInSeconds: graceMs / 1000 })
+    }
+    // The grant must still be there: revoked, it would take these tokens with it only if they were written first.
+    if (await ctx.store.consumeAndWrite('refresh_token', id, writes, { kind: 'grant', id: grant.grantId })) {
+      ctx.tokens.noteIssued(access)
+      return body
+    }
+    // Someone else consumed it first (a parallel refresh, or a thief), or the grant is gone.
+    const after = await ctx.store.find('refresh_token', id) as FoundRefreshToken | undefined
+    if (after?.consumedAt !== undefined) return presentedAgain(request, after, after.consumedAt)
+    throw new InvalidGrant(after ? 'the grant has ended' : 'unknown, expired or revoked refresh token')
   },
 }

@@ -16,6 +16,7 @@ export type ArtifactKind =
   | 'session'             // id: SHA-256 of the browser session cookie; who logged in, when
   | 'interaction'         // id: SHA-256 of an interaction id; an authorization request waiting for login or consent
   | 'consent'             // id: sub + client_id; the scopes a user has agreed to give a client
+  | 'refresh_successor'   // id: SHA-256 of a rotated-out refresh token; its rotation's response, sealed under that token (reuse grace)
 
 /** A stored value: any JSON object; `grantId` and `userCode` are indexed. */
 export interface StoredArtifact {
@@ -35,6 +36,14 @@ export interface ArtifactRecord {
   readonly expiresAt: number
 }
 
+/** One artifact to write, as `upsert` takes it. */
+export interface ArtifactWrite {
+  readonly kind: ArtifactKind
+  readonly id: string
+  readonly value: StoredArtifact
+  readonly expiresInSeconds: number
+}
+
 export interface StorageAdapter {
   /** Inserts or replaces; the artifact stops being found (and is purged) after `expiresInSeconds`. */
   upsert(kind: ArtifactKind, id: string, value: StoredArtifact, expiresInSeconds: number): Promise<void>
@@ -47,6 +56,14 @@ export interface StorageAdapter {
    * already, is missing or has expired (single-use codes, refresh rotation).
    */
   consume(kind: ArtifactKind, id: string): Promise<boolean>
+  /**
+   * A consume that hands something out in exchange (refresh rotation): atomically, when the artifact is
+   * live and unconsumed and `requires` (if given) is live, marks it consumed and upserts `writes`; true.
+   * Otherwise nothing changes; false. So nothing (a revocation of the grant) falls between the consume and
+   * the writes. A rejection means nothing changed: the SQLite transaction rolls back, and the Redis adapter
+   * sends an undo after a consume whose reply did not come in time (redis.ts).
+   */
+  consumeAndWrite(kind: ArtifactKind, id: string, writes: readonly ArtifactWrite[], requires?: { kind: ArtifactKind; id: string }): Promise<boolean>
   destroy(kind: ArtifactKind, id: string): Promise<void>
   /** Deletes every artifact, of every kind, of the grant, and returns what was deleted (to deny-list its tokens). */
   revokeByGrantId(grantId: string): Promise<ArtifactRecord[]>

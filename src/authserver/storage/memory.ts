@@ -35,6 +35,16 @@ export function createMemoryAdapter(options: StorageOptions = {}): StorageAdapte
       row.consumedAt = now()
       return true
     },
+    async consumeAndWrite(kind, id, writes, requires) {
+      const row = rows.get(keyOf(kind, id))
+      if (!live(row) || row.consumedAt !== undefined) return false
+      if (requires && !live(rows.get(keyOf(requires.kind, requires.id)))) return false
+      row.consumedAt = now()
+      for (const write of writes) {
+        rows.set(keyOf(write.kind, write.id), { kind: write.kind, id: write.id, value: structuredClone(write.value), expiresAt: now() + write.expiresInSeconds * 1000 })
+      }
+      return true
+    },
     async destroy(kind, id) {
       rows.delete(keyOf(kind, id))
     },

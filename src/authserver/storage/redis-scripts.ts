@@ -1,10 +1,13 @@
 /**
  * The Lua scripts of the Redis store (redis.ts), one per step that must be atomic across instances:
- * upsert with its indexes, consume (the compare-and-set of codes, device codes and refresh rotation),
- * destroy, revokeByGrantId, and the reads and purge that must see one consistent state. Every script
+ * upsert with its indexes, consume (the compare-and-set of codes and device codes), consume-and-write
+ * (refresh rotation) and its undo, destroy, revokeByGrantId, and the reads and purge that must see one consistent state. Every script
  * gets the key prefix as ARGV[1] and the caller's clock where time matters; Redis' own clock is never used.
  */
-/** Shared by every script: ARGV[1] is the prefix. `remove` deletes one artifact with its index entries. */
+/**
+ * Shared by every script: ARGV[1] is the prefix. `remove` deletes one artifact with its index entries; `put`
+ * writes one with them.
+ */
 export const PRELUDE = `
 local prefix = ARGV[1]
 local function artifact(kind, id) return prefix .. 'a:' .. kind .. ':' .. id end
@@ -19,40 +22,65 @@ local function remove(kind, id)
   if f[5] then redis.call('SREM', prefix .. 'u:' .. f[5], id) end
   return {kind, id, f[1], f[2], f[3] or ''}
 end
+-- Replaces the value, the expiry and the consumed mark, and moves the index entries with the value.
+-- grantId and userCode are '' when the value has none.
+local function put(kind, id, value, expiresAt, px, grantId, userCode)
+  local key = artifact(kind, id)
+  local old = redis.call('HMGET', key, 'g', 'u')
+  if old[1] and old[1] ~= grantId then redis.call('SREM', prefix .. 'g:' .. old[1], kind .. ':' .. id) end
+  if old[2] and old[2] ~= userCode then redis.call('SREM', prefix .. 'u:' .. old[2], id) end
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'v', value, 'e', expiresAt)
+  if grantId ~= '' then
+    local index = prefix .. 'g:' .. grantId
+    redis.call('HSET', key, 'g', grantId)
+    redis.call('SADD', index, kind .. ':' .. id)
+    extend(index, px)
+  end
+  if userCode ~= '' then
+    local index = prefix .. 'u:' .. userCode
+    redis.call('HSET', key, 'u', userCode)
+    redis.call('SADD', index, id)
+    extend(index, px)
+  end
+  redis.call('PEXPIRE', key, px)
+  local byKind = prefix .. 'k:' .. kind
+  redis.call('ZADD', byKind, expiresAt, id)
+  extend(byKind, px)
+end
 `
 
 export const SCRIPTS = {
-  // KEYS[1] the artifact; ARGV prefix, kind, id, value, expiresAt, px, hasGrant, grantId, hasUserCode, userCode.
-  // Replaces the value, the expiry and the consumed mark, and moves the index entries with the value.
+  // KEYS[1] the artifact; ARGV prefix, kind, id, value, expiresAt, px, grantId or '', userCode or ''.
   storeUpsert: `
-local kind, id, px = ARGV[2], ARGV[3], tonumber(ARGV[6])
-local old = redis.call('HMGET', KEYS[1], 'g', 'u')
-if old[1] and not (ARGV[7] == '1' and old[1] == ARGV[8]) then redis.call('SREM', prefix .. 'g:' .. old[1], kind .. ':' .. id) end
-if old[2] and not (ARGV[9] == '1' and old[2] == ARGV[10]) then redis.call('SREM', prefix .. 'u:' .. old[2], id) end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'v', ARGV[4], 'e', ARGV[5])
-if ARGV[7] == '1' then
-  local index = prefix .. 'g:' .. ARGV[8]
-  redis.call('HSET', KEYS[1], 'g', ARGV[8])
-  redis.call('SADD', index, kind .. ':' .. id)
-  extend(index, px)
-end
-if ARGV[9] == '1' then
-  local index = prefix .. 'u:' .. ARGV[10]
-  redis.call('HSET', KEYS[1], 'u', ARGV[10])
-  redis.call('SADD', index, id)
-  extend(index, px)
-end
-redis.call('PEXPIRE', KEYS[1], px)
-local byKind = prefix .. 'k:' .. kind
-redis.call('ZADD', byKind, ARGV[5], id)
-extend(byKind, px)
+put(ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8])
 return 1`,
-  // KEYS[1] the artifact; ARGV prefix, now. The compare-and-set of single-use codes and refresh rotation.
+  // KEYS[1] the artifact; ARGV prefix, now. The compare-and-set of single-use codes.
   storeConsume: `
 local f = redis.call('HMGET', KEYS[1], 'e', 'c')
 if not f[1] or f[2] or tonumber(f[1]) <= tonumber(ARGV[2]) then return 0 end
 redis.call('HSET', KEYS[1], 'c', ARGV[2])
+return 1`,
+  // KEYS[1] the artifact; ARGV prefix, now, rotation id, required kind or '', required id, then 7 per write: kind,
+  // id, value, expiresAt, px, grantId or '', userCode or ''. Consume and writes in one step; 'r' names the
+  // rotation, so that storeUndoConsume can take back this one and no other.
+  storeConsumeAndWrite: `
+local now = tonumber(ARGV[2])
+local f = redis.call('HMGET', KEYS[1], 'e', 'c')
+if not f[1] or f[2] or tonumber(f[1]) <= now then return 0 end
+if ARGV[4] ~= '' then
+  local e = redis.call('HGET', artifact(ARGV[4], ARGV[5]), 'e')
+  if not e or tonumber(e) <= now then return 0 end
+end
+redis.call('HSET', KEYS[1], 'c', ARGV[2], 'r', ARGV[3])
+for i = 6, #ARGV, 7 do put(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4]), ARGV[i + 5], ARGV[i + 6]) end
+return 1`,
+  // KEYS[1] the artifact; ARGV prefix, rotation id, then kind, id of each write. Undoes storeConsumeAndWrite
+  // when that rotation is the one that consumed the artifact (otherwise nothing): unconsumed, writes deleted.
+  storeUndoConsume: `
+if redis.call('HGET', KEYS[1], 'r') ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], 'c', 'r')
+for i = 3, #ARGV, 2 do remove(ARGV[i], ARGV[i + 1]) end
 return 1`,
   // KEYS[1] the artifact; ARGV prefix, kind, id.
   storeDestroy: `

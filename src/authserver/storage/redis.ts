@@ -1,10 +1,11 @@
 /**
  * The store for several instances: one Redis (`store.type: redis`) through ioredis. Every write that must be
- * atomic (upsert with its indexes, consume, destroy, revokeByGrantId, purge) is one Lua script, so Redis runs
+ * atomic (upsert with its indexes, consume, consumeAndWrite, destroy, revokeByGrantId, purge) is one Lua script, so Redis runs
  * it alone; nothing is read in Node and then written back.
  *
  * Keys, all under `prefix` (default `{portcullis}:`; its `{…}` hash tag keeps every key in one Cluster slot):
- *   a:<kind>:<id>   hash  v (the JSON), e (expiry, ms), c (consumed at, ms), g (grantId), u (userCode)
+ *   a:<kind>:<id>   hash  v (the JSON), e (expiry, ms), c (consumed at, ms), g (grantId), u (userCode),
+ *                         r (the consumeAndWrite that consumed it: what its undo checks)
  *   k:<kind>        zset  id scored by its expiry: list and purgeExpired
  *   g:<grantId>     set   "<kind>:<id>" of the grant's artifacts: revokeByGrantId
  *   u:<userCode>    set   device_code ids with that user code: findByUserCode
@@ -19,7 +20,7 @@ import { connectRedis } from './redis-connection.js'
 import { describeRedisUrl } from './redis-url.js'
 import { PRELUDE, SCRIPTS } from './redis-scripts.js'
 import { TemporarilyUnavailable } from '../../errors/oauth-errors.js'
-import type { ArtifactKind, ArtifactRecord, FoundArtifact, StorageAdapter, StorageOptions, StoredArtifact } from './adapter.js'
+import type { ArtifactKind, ArtifactRecord, ArtifactWrite, FoundArtifact, StorageAdapter, StorageOptions, StoredArtifact } from './adapter.js'
 
 export interface RedisStorageOptions extends StorageOptions {
   /** Prepended to every key; must contain a `{…}` hash tag (Redis Cluster). Default `{portcullis}:`. */
@@ -44,7 +45,7 @@ const LOCK_POLL_MS = 50
 /** Every kind, checked against ArtifactKind by the compiler: purgeExpired visits each index. */
 const KINDS = Object.keys({
   access_token: 1, refresh_token: 1, authorization_code: 1, device_code: 1, revoked_jti: 1, signing_key: 1, grant: 1,
-  session: 1, interaction: 1, consent: 1,
+  session: 1, interaction: 1, consent: 1, refresh_successor: 1,
 } satisfies Record<ArtifactKind, 1>) as ArtifactKind[]
 
 type Script = (...args: string[]) => Promise<unknown>
@@ -116,6 +117,14 @@ export async function createRedisAdapter(url: string, options: RedisStorageOptio
   }
   const artifactKey = (kind: ArtifactKind, id: string) => `${prefix}a:${kind}:${id}`
 
+  /** kind, id, value, expiresAt, px, grantId or '', userCode or '': what the scripts' `put` takes. */
+  const putArguments = ({ kind, id, value, expiresInSeconds }: ArtifactWrite): string[] => {
+    const px = Math.ceil(Math.max(0, expiresInSeconds) * 1000) + TTL_MARGIN_MS
+    const grantId = typeof value.grantId === 'string' ? value.grantId : ''
+    const userCode = kind === 'device_code' && typeof value.userCode === 'string' ? value.userCode : ''
+    return [kind, id, JSON.stringify(value), String(now() + expiresInSeconds * 1000), String(px), grantId, userCode]
+  }
+
   let warned = false
   /** The stored JSON, or undefined when it cannot be read: such an artifact is treated as missing. */
   const parse = (kind: ArtifactKind, text: string, consumedAt: string | null): FoundArtifact | undefined => {
@@ -150,13 +159,8 @@ export async function createRedisAdapter(url: string, options: RedisStorageOptio
   return {
     async upsert(kind, id, value, expiresInSeconds) {
       if (!Number.isFinite(expiresInSeconds)) throw new RangeError('expiresInSeconds must be a finite number')
-      const text = JSON.stringify(value)
-      const expiresAt = now() + expiresInSeconds * 1000
-      const px = Math.ceil(Math.max(0, expiresInSeconds) * 1000) + TTL_MARGIN_MS
-      const grantId = typeof value.grantId === 'string' ? value.grantId : undefined
-      const userCode = kind === 'device_code' && typeof value.userCode === 'string' ? value.userCode : undefined
-      await guard(() => scripts.storeUpsert(artifactKey(kind, id), prefix, kind, id, text, String(expiresAt), String(px),
-        grantId === undefined ? '0' : '1', grantId ?? '', userCode === undefined ? '0' : '1', userCode ?? ''))
+      const args = putArguments({ kind, id, value, expiresInSeconds })
+      await guard(() => scripts.storeUpsert(artifactKey(kind, id), prefix, ...args))
     },
     async find(kind, id) {
       const [text, expiresAt, consumedAt] = await guard(() => client.hmget(artifactKey(kind, id), 'v', 'e', 'c'))
@@ -169,6 +173,25 @@ export async function createRedisAdapter(url: string, options: RedisStorageOptio
     },
     async consume(kind, id) {
       return (await guard(() => scripts.storeConsume(artifactKey(kind, id), prefix, String(now())))) === 1
+    },
+    async consumeAndWrite(kind, id, writes, requires) {
+      for (const { expiresInSeconds } of writes) if (!Number.isFinite(expiresInSeconds)) throw new RangeError('expiresInSeconds must be a finite number')
+      const key = artifactKey(kind, id)
+      const rotation = randomUUID()
+      const args = [String(now()), rotation, requires?.kind ?? '', requires?.id ?? '', ...writes.flatMap(putArguments)]
+      try {
+        return (await scripts.storeConsumeAndWrite(key, prefix, ...args)) === 1
+      } catch (error) {
+        // The script may have run although its reply never came (a timeout while Redis hangs): then the
+        // artifact is consumed and the writes are stored, for a caller about to answer 503. Taking them back
+        // makes that 503 true, so a retry starts afresh. Sent on the same connection, the undo runs after the
+        // script whenever Redis gets to them (a paused Redis runs both once it resumes); not awaited, it
+        // would only wait as long again.
+        scripts.storeUndoConsume(key, prefix, rotation, ...writes.flatMap((write) => [write.kind, write.id])).catch((undoError: unknown) => {
+          log?.warn({ err: undoError }, 'the Redis store could not take back a consume whose reply was lost')
+        })
+        throw unavailable(error)
+      }
     },
     async destroy(kind, id) {
       await guard(() => scripts.storeDestroy(artifactKey(kind, id), prefix, kind, id))

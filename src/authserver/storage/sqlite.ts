@@ -64,6 +64,7 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
       'INSERT OR REPLACE INTO artifacts (kind, id, value, grant_id, user_code, expires_at) VALUES (?, ?, ?, ?, ?, ?)'),
     find: db.prepare<[ArtifactKind, string, number], Row>(
       'SELECT * FROM artifacts WHERE kind = ? AND id = ? AND expires_at > ?'),
+    live: db.prepare<[ArtifactKind, string, number], { one: 1 }>('SELECT 1 AS one FROM artifacts WHERE kind = ? AND id = ? AND expires_at > ?'),
     findByUserCode: db.prepare<[string, number], Row>(
       "SELECT * FROM artifacts WHERE kind = 'device_code' AND user_code = ? AND expires_at > ? LIMIT 1"),
     consume: db.prepare<[number, ArtifactKind, string, number], void>(
@@ -114,6 +115,18 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
     consume(kind, id) {
       const at = now()
       return write(() => statements.consume.run(at, kind, id, at).changes === 1)
+    },
+    consumeAndWrite(kind, id, writes, requires) {
+      const at = now()
+      const rows = writes.map((artifact) => [artifact.kind, artifact.id, JSON.stringify(artifact.value), artifact.value.grantId ?? null,
+        artifact.value.userCode ?? null, at + artifact.expiresInSeconds * 1000] as const)
+      // A transaction inside the batch's (a savepoint): the consume and the writes commit or roll back together.
+      return write(db.transaction(() => {
+        if (requires && !statements.live.get(requires.kind, requires.id, at)) return false
+        if (statements.consume.run(at, kind, id, at).changes !== 1) return false
+        for (const row of rows) statements.upsert.run(...row)
+        return true
+      }))
     },
     destroy(kind, id) {
       return write(() => { statements.destroy.run(kind, id) })
