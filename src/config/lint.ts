@@ -161,11 +161,9 @@ export function configWarnings(config: GatewayConfig): string[] {
   }
   ;(config.issuers ?? []).forEach((issuer, index) => {
     for (const key of ['issuer', 'jwks_uri', 'introspection.endpoint'] as const) {
-      const value = key === 'introspection.endpoint' ? issuer.introspection?.endpoint : issuer[key]
       // An `iss` need not be a URL (RFC 7519 §4.1.1 StringOrURI); what does not parse is not http:// either.
-      if (!value?.startsWith('http://') || !URL.canParse(value)) continue
-      const url = new URL(value)
-      if (!isLoopbackHost(url.hostname)) warnings.push(`issuers[${index}].${key} uses http:// off loopback (${url.host}): keys or tokens can be tampered with in transit`)
+      const host = cleartextHost(key === 'introspection.endpoint' ? issuer.introspection?.endpoint : issuer[key])
+      if (host !== undefined) warnings.push(`issuers[${index}].${key} uses http:// off loopback (${host}): keys or tokens can be tampered with in transit`)
     }
   })
   // More specific routes win, so `/**` is the fallback: with auth: none, whatever no other route covers (a
@@ -183,9 +181,9 @@ export function configWarnings(config: GatewayConfig): string[] {
     warnings.push(`authorization_server.signing.rotation_publish_delay ${publishDelay} is under 5m: clients with a cached JWKS may refuse tokens signed right after a rotation`)
   }
   // Checklist G-02: the issuer is an https URL; http is for loopback development only.
-  const asIssuer = config.authorization_server?.enabled ? config.authorization_server.issuer : undefined
-  if (asIssuer?.startsWith('http://') && URL.canParse(asIssuer) && !isLoopbackHost(new URL(asIssuer).hostname)) {
-    warnings.push(`authorization_server.issuer uses http:// off loopback (${new URL(asIssuer).host}): tokens and client secrets would cross the network in clear text`)
+  const asHost = config.authorization_server?.enabled ? cleartextHost(config.authorization_server.issuer) : undefined
+  if (asHost !== undefined) {
+    warnings.push(`authorization_server.issuer uses http:// off loopback (${asHost}): tokens and client secrets would cross the network in clear text`)
   }
   warnings.push(...authorizationServerWarnings(config))
   return warnings
