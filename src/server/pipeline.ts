@@ -172,10 +172,13 @@ export class GatewayPipeline {
   private async serveLater(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     path: string, query: string, found: Principal | undefined | Promise<Principal>): Promise<void> {
     const principal = found instanceof Promise ? await found : found
-    // RFC 9110 §10.1.1: the server's 'checkContinue' sends no 100 by itself; the client is told to send its
-    // body only now that the request is authorized (a refusal is answered instead, and the body never read).
-    if (req.headers.expect !== undefined && hasBody(req)) res.writeContinue()
-    const body = hasBody(req) ? await requestBody(req, rule, rt.bodyPolicy) : null
+    let body: Readable | Buffer | null = null
+    if (hasBody(req)) {
+      // RFC 9110 §10.1.1: the server's 'checkContinue' sends no 100 by itself; the client is told to send its
+      // body only now that the request is authorized (a refusal is answered instead, and the body never read).
+      if (req.headers.expect !== undefined) res.writeContinue()
+      body = await requestBody(req, rule, rt.bodyPolicy)
+    }
     return this.forward(rt, req, res, outcome, rule, path, query, principal, body)
   }
 
