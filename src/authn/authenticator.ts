@@ -15,7 +15,7 @@ import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '.
 import { IntrospectionClient, type IntrospectionEntry } from './introspection.js'
 import { JwtIssuer, decodeUnverified, looksLikeJwt, refuseUnsecured } from './jwt.js'
 import type { KeySetStats } from './jwks.js'
-import type { Principal } from './principal.js'
+import { keepClaims, type Principal } from './principal.js'
 import { TokenCache, tokenHash, type CacheStats } from './token-cache.js'
 
 export interface JwtEntry {
@@ -68,6 +68,8 @@ export interface AuthenticatorOptions {
   log: FastifyBaseLogger
   now: () => number
   isRevoked?: RevocationCheck
+  /** The top-level claims principals keep: what route conditions and claim headers read (rules/compile.ts). */
+  keptClaims?: readonly string[]
 }
 
 /** How one issuer's tokens are checked, each way with where its verdicts are counted. */
@@ -114,6 +116,7 @@ export class Authenticator {
 
   constructor(private readonly options: AuthenticatorOptions) {
     const { issuers, cache, log, now, metrics } = options
+    const kept = options.keptClaims ?? []
     // Without metrics, counted into objects nobody reads: the paths stay the same.
     const countsOf = (issuer: string, method: ValidationMethod) =>
       metrics?.validations(issuer, method) ?? new ValidationCounts(issuer, method)
@@ -127,16 +130,16 @@ export class Authenticator {
     const embedded = options.embedded
     this.embeddedCounts = embedded && countsOf(embedded.policy.issuer, 'embedded')
     if (embedded) {
-      const verifier = new JwtIssuer(embedded.policy, log, now, embedded.getKey)
+      const verifier = new JwtIssuer(embedded.policy, log, now, embedded.getKey, kept)
       this.issuers.set(embedded.policy.issuer, { jwt: { verifier, counts: this.embeddedCounts! }, introspection: undefined })
     }
     for (const config of issuers) {
       const hasKeys = config.jwks_uri !== undefined || config.jwks_file !== undefined || config.discovery === true
       const introspection = config.introspection
-        ? { client: new IntrospectionClient(config, this.introspectionCache, now, log, metrics), counts: countsOf(config.issuer, 'introspection') }
+        ? { client: new IntrospectionClient(config, this.introspectionCache, now, log, metrics, kept), counts: countsOf(config.issuer, 'introspection') }
         : undefined
       if (introspection) this.introspecting.push(introspection)
-      const jwt = hasKeys ? { verifier: new JwtIssuer(config, log, now), counts: countsOf(config.issuer, 'jwt') } : undefined
+      const jwt = hasKeys ? { verifier: new JwtIssuer(config, log, now, undefined, kept), counts: countsOf(config.issuer, 'jwt') } : undefined
       this.issuers.set(config.issuer, { jwt, introspection })
     }
   }
@@ -218,7 +221,7 @@ export class Authenticator {
       attempt.counts = this.embeddedCounts!
       const principal = await embedded.lookupOpaque(hashOfToken)
       if (!principal) throw new InvalidToken('inactive', undefined, 'inactive')
-      return principal
+      return this.withEmbeddedClaims(principal)
     }
     if (hasEmbeddedPrefix(token)) {
       if (!embedded) throw new InvalidToken('embedded_token_prefix', undefined, 'unknown_issuer')
@@ -230,6 +233,20 @@ export class Authenticator {
     if (!introspection) throw new InvalidToken('no_introspecting_issuer', undefined, 'unknown_issuer')
     attempt.counts = introspection.counts
     return introspection.client.authenticate(token, hashOfToken)
+  }
+
+  /**
+   * The embedded server's opaque tokens are rows, not claim sets: conditions and claim headers read the
+   * claims its JWTs would carry (iss, sub, client_id, scope, exp, jti).
+   */
+  private withEmbeddedClaims(principal: Principal): Principal {
+    const kept = this.options.keptClaims
+    if (!kept?.length) return principal
+    const claims = keepClaims({
+      iss: principal.issuer, sub: principal.subject, client_id: principal.clientId, scope: principal.scopes.join(' '),
+      exp: principal.expiresAt, jti: principal.jti,
+    }, kept)
+    return { ...principal, claims }
   }
 
   /** Drops matching entries from both caches at once; returns how many were dropped. */

@@ -11,7 +11,9 @@ import type { IssuerConfig, IntrospectionConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import type { IntrospectionOutcome, IntrospectionRecorder, Metrics } from '../metrics/metrics.js'
-import { readScopes, type Principal } from './principal.js'
+import { unmetCondition } from '../claims/conditions.js'
+import { issuerClaims, readPermissions, type IssuerClaims } from '../claims/issuer.js'
+import { keepClaims, readScopes, type Principal } from './principal.js'
 import { tokenHash, type TokenCache } from './token-cache.js'
 
 /** A cached introspection answer: a principal, or why the token was refused (logged, and counted). */
@@ -61,9 +63,14 @@ export class IntrospectionClient {
   private readonly audience: readonly string[]
   private readonly record: IntrospectionRecorder
 
+  private readonly claims: IssuerClaims
+
+  /** `kept`: the top-level claims a principal keeps (what route conditions and claim headers read). */
   constructor(issuer: IssuerConfig, private readonly cache: TokenCache<IntrospectionEntry>,
-    private readonly now: () => number, private readonly log: FastifyBaseLogger, metrics?: Metrics) {
+    private readonly now: () => number, private readonly log: FastifyBaseLogger, metrics?: Metrics,
+    private readonly kept: readonly string[] = []) {
     this.issuer = issuer.issuer
+    this.claims = issuerClaims(issuer)
     this.record = metrics?.introspectionRecorder(issuer.issuer) ?? (() => undefined)
     this.config = issuer.introspection!
     this.audience = issuer.audience
@@ -171,16 +178,24 @@ export class IntrospectionClient {
     if (typeof exp === 'number' && exp * 1000 <= nowMs - this.skewSeconds * 1000) return refuse('expired')
     if (body.iss !== undefined && body.iss !== this.issuer) return refuse('wrong_issuer')
     if (body.aud !== undefined && !audienceMatches(body.aud, this.audience)) return refuse('wrong_audience')
+    // RFC 7662 §2.2: `scope` is a space-separated string (whatever `scope_claim` says the JWTs use); the
+    // other permission claims of `scope_claim` (roles, groups) are read from the answer as from a JWT.
     const scopes = body.scope === undefined ? [] : typeof body.scope === 'string' ? readScopes(body, 'scope') : undefined
     if (!scopes) return refuse('bad_claim', 'bad_scope_claim')
+    const { permissions, conditions } = this.claims
+    const others = permissions?.filter((source) => source.kind === 'claim')
+    const granted = others?.length ? [...new Set([...scopes, ...readPermissions(body, others)!])] : scopes
+    const unmet = conditions && unmetCondition(conditions, body, undefined)
+    if (unmet) return refuse('bad_claim', `unmet_issuer_condition ${unmet === 'any' ? 'claims.any' : unmet.text}`)
     const clientId = body.client_id
     const principal: Principal = {
       issuer: this.issuer,
       subject: typeof body.sub === 'string' ? body.sub : undefined,
       clientId: typeof clientId === 'string' ? clientId : undefined,
-      scopes,
+      scopes: granted,
       expiresAt: typeof exp === 'number' ? exp : undefined,
       jti: typeof body.jti === 'string' ? body.jti : undefined,
+      claims: keepClaims(body, this.kept),
     }
     const until = Math.min(nowMs + this.positiveTtlMs, typeof exp === 'number' ? exp * 1000 : Infinity)
     return { active: true, principal, expiresAtMs: until }

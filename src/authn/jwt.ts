@@ -12,7 +12,10 @@ import { parseDuration } from '../config/units.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import { KeySetUnavailable, RemoteKeySet } from './jwks.js'
 import { UnusableKey, isSupportedAlgorithm, verifyJwsSignature } from './jws-verify.js'
-import { readScopes, type Principal } from './principal.js'
+import { effectiveAlgorithms, issuerClaims, readClientId, readPermissions, type IssuerClaims } from '../claims/issuer.js'
+import { unmetCondition } from '../claims/conditions.js'
+import { readClaim } from '../claims/path.js'
+import { keepClaims, readScopes, type Principal } from './principal.js'
 
 /** The reason codes logged for a rejected JWT. */
 export type JwtRejection =
@@ -53,9 +56,14 @@ export class JwtIssuer {
   private readonly getKey: JWTVerifyGetKey
   private readonly algorithms: string[]
   private readonly skewSeconds: number
+  private readonly claims: IssuerClaims
+  /**
+   * @param kept the top-level claims a principal keeps (what route conditions and claim headers read)
+   */
   constructor(readonly config: IssuerConfig, log: FastifyBaseLogger, private readonly now: () => number,
-    localKeys?: JWTVerifyGetKey) {
-    this.algorithms = [...(config.algorithms ?? DEFAULT_ALGORITHMS)]
+    localKeys?: JWTVerifyGetKey, private readonly kept: readonly string[] = []) {
+    this.algorithms = [...(effectiveAlgorithms(config) ?? DEFAULT_ALGORITHMS)]
+    this.claims = issuerClaims(config)
     this.skewSeconds = parseDuration(config.clock_skew ?? '30s') / 1000
     if (localKeys) {
       this.keySet = undefined
@@ -97,16 +105,19 @@ export class JwtIssuer {
     }
     const nowSeconds = Math.floor(this.now() / 1000)
     this.checkClaims(header, payload, nowSeconds)
-    const scopes = readScopes(payload, this.config.scope_claim)
+    const { permissions, clientId, conditions } = this.claims
+    const scopes = permissions ? readPermissions(payload, permissions) : readScopes(payload, undefined)
     if (!scopes) throw rejectJwt('bad_scope_claim')
-    const clientId = payload.client_id ?? payload.azp
+    const unmet = conditions && unmetCondition(conditions, payload, undefined)
+    if (unmet) throw new InvalidToken(`unmet_issuer_condition ${unmet === 'any' ? 'claims.any' : unmet.text}`, undefined, 'bad_claim')
     return {
       issuer: this.config.issuer,
       subject: typeof payload.sub === 'string' ? payload.sub : undefined,
-      clientId: typeof clientId === 'string' ? clientId : undefined,
+      clientId: readClientId(payload, clientId),
       scopes,
       expiresAt: payload.exp as number,
       jti: typeof payload.jti === 'string' ? payload.jti : undefined,
+      claims: keepClaims(payload, this.kept),
     }
   }
 
@@ -133,11 +144,15 @@ export class JwtIssuer {
     const typ = this.config.require_typ
     if (typ !== undefined && (typeof header.typ !== 'string' || normalizeTyp(header.typ) !== normalizeTyp(typ))) throw rejectJwt('wrong_typ')
     const audiences = this.config.audience
-    for (const claim of audiences === undefined ? ['iss', 'exp'] : ['iss', 'aud', 'exp']) {
+    // `audience_claim` (Cognito: client_id) stands in for `aud`, which such tokens do not carry.
+    const audiencePath = this.claims.audience
+    for (const claim of audiences === undefined || audiencePath ? ['iss', 'exp'] : ['iss', 'aud', 'exp']) {
       if (!Object.hasOwn(payload, claim)) throw rejectJwt('missing_claim')
     }
+    const audience = audiencePath ? readClaim(payload, audiencePath) : payload.aud
+    if (audiences !== undefined && audiencePath && audience === undefined) throw rejectJwt('missing_claim')
     if (payload.iss !== this.config.issuer) throw rejectJwt('unknown_issuer')
-    if (audiences !== undefined && !audienceMatches(payload.aud, audiences)) throw rejectJwt('wrong_audience')
+    if (audiences !== undefined && !audienceMatches(audience, audiences)) throw rejectJwt('wrong_audience')
     const skew = this.skewSeconds
     const nbf = numericDate(payload, 'nbf')
     if (nbf !== undefined && nbf > nowSeconds + skew) throw rejectJwt('not_yet_valid')

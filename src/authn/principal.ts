@@ -6,26 +6,40 @@ export interface Principal {
   readonly scopes: readonly string[]
   /** Seconds since the epoch. */
   readonly expiresAt: number | undefined
-  /** The token's `jti` (a string, or undefined): what revocation by jti matches. Nothing else of the claims is kept. */
+  /** The token's `jti` (a string, or undefined): what revocation by jti matches. */
   readonly jti: string | undefined
+  /**
+   * The claims that route conditions and claim headers name (issue 17), by their top-level names: only
+   * those are kept, so a cached principal holds no more of the token than the config reads. Undefined when
+   * the config names none.
+   */
+  readonly claims?: Readonly<Record<string, unknown>> | undefined
+}
+
+/** The top-level claims named in `kept`, in an object with no prototype; undefined when none are kept. */
+export function keepClaims(claims: Readonly<Record<string, unknown>>, kept: readonly string[]): Record<string, unknown> | undefined {
+  if (kept.length === 0) return undefined
+  const out: Record<string, unknown> = Object.create(null) as Record<string, unknown>
+  for (const name of kept) if (Object.hasOwn(claims, name)) out[name] = claims[name]
+  return out
 }
 
 // RFC 6749 §3.3 scope-token: 1*NQCHAR. An array member with a space would read as two scopes in
 // the space-separated X-Auth-Scopes header the upstream gets, so it makes the claim malformed.
-const SCOPE_TOKEN = /^[\x21\x23-\x5b\x5d-\x7e]+$/
+export const SCOPE_TOKEN = /^[\x21\x23-\x5b\x5d-\x7e]+$/
 
-/** Which claim an issuer's scopes are read from (`issuers[].scope_claim`). */
+/** The scope claims `issuers[].scope_claim` names by keyword (any other entry is a claim path: claims/issuer.ts). */
 export type ScopeClaim = 'scope' | 'scp' | 'scope_array'
 
 /**
- * `scope` (RFC 9068 §2.2.3, RFC 8693 §4.2: a space-delimited string, never an array, unless the issuer is
- * configured with `scope_array`) or `scp` (array, or a string as some issuers send it). `undefined` when
- * the claim is present but malformed: the caller rejects the token.
+ * `scope` (RFC 9068 §2.2.3, RFC 8693 §4.2: a space-delimited string, never an array, unless read as
+ * `scope_array`) or `scp` (array, or a string as some issuers send it); with no claim named, the first
+ * present of the two. `undefined` when the claim is present but malformed: the caller rejects the token.
  */
-export function readScopes(claims: Record<string, unknown>, claim: ScopeClaim | undefined): string[] | undefined {
+export function readScopes(claims: Readonly<Record<string, unknown>>, claim: ScopeClaim | undefined): string[] | undefined {
   const names = claim === 'scp' ? ['scp'] : claim === undefined ? ['scope', 'scp'] : ['scope']
   for (const name of names) {
-    const value = claims[name]
+    const value = Object.hasOwn(claims, name) ? claims[name] : undefined
     if (value === undefined) continue
     if (Array.isArray(value) && name === 'scope' && claim !== 'scope_array') return undefined
     const scopes = typeof value === 'string' ? value.split(' ').filter((scope) => scope !== '') : value

@@ -1,6 +1,8 @@
+import type { IncomingHttpHeaders } from 'node:http'
 import type { Principal } from '../authn/principal.js'
+import { unmetCondition } from '../claims/conditions.js'
 import type { CompiledRule } from '../rules/compile.js'
-import { InsufficientScope } from '../errors/oauth-errors.js'
+import { ClaimsNotSatisfied, InsufficientScope } from '../errors/oauth-errors.js'
 
 /** Enforces the rule's `scopes.all` (every one) and `scopes.any` (at least one); throws InsufficientScope. */
 export function requireScopes(principal: Principal, rule: CompiledRule): void {
@@ -9,11 +11,25 @@ export function requireScopes(principal: Principal, rule: CompiledRule): void {
   for (const scope of rule.scopesAll) {
     if (!granted.includes(scope)) {
       const missing = rule.scopesAll.filter((wanted) => !granted.includes(wanted))
-      throw new InsufficientScope(rule.scopesAll, `missing ${missing.join(' ')}`)
+      throw new InsufficientScope(rule.scopesAll, `missing ${missing.join(' ')}`, 'scopes.all')
     }
   }
   const any = rule.scopesAny
   if (any !== null && !any.some((scope) => granted.includes(scope))) {
-    throw new InsufficientScope(any, `none of ${any.join(' ')}`)
+    throw new InsufficientScope(any, `none of ${any.join(' ')}`, 'scopes.any')
   }
+}
+
+/**
+ * The route's scopes (403 insufficient_scope), then its claim conditions (403 access_denied, issue 17), which
+ * may read the request's path parameters (`segments`, canonical) and headers.
+ */
+export function authorize(principal: Principal, rule: CompiledRule, headers: IncomingHttpHeaders, segments: readonly string[]): void {
+  requireScopes(principal, rule)
+  const claims = rule.claims
+  if (claims === null) return
+  const unmet = unmetCondition(claims, principal.claims, { headers, segments })
+  if (unmet === undefined) return
+  if (unmet === 'any') throw new ClaimsNotSatisfied('claims.any', `claims.any: none of ${claims.any!.map((condition) => condition.text).join('; ')}`)
+  throw new ClaimsNotSatisfied(unmet.label, `${unmet.label}: ${unmet.text}`)
 }

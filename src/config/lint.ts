@@ -3,6 +3,7 @@ import { accessSync, constants } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import type { GatewayConfig } from './schema.js'
 import { compileRules, type RuleProblem } from '../rules/compile.js'
+import { compileClaimPlan } from '../claims/plan.js'
 import { authorizationServerWarnings, lintAuthorizationServer } from './lint-authserver.js'
 import { parseDuration, parseSize } from './units.js'
 
@@ -71,7 +72,10 @@ function cleartextUrls(config: GatewayConfig): Array<{ path: Array<string | numb
 }
 
 export function lintConfig(config: GatewayConfig): LintProblem[] {
-  const problems: LintProblem[] = [...compileRules(config).problems]
+  const compiled = compileRules(config)
+  const problems: LintProblem[] = [...compiled.problems]
+  // Issue 17: the issuers' claim settings (permission, client id and audience claims, conditions, headers).
+  compileClaimPlan(config, compiled.rules, problems)
   if (!config.server?.allow_insecure_http) {
     for (const { path, host, exposes } of cleartextUrls(config)) {
       problems.push({ path, message: `uses http:// off loopback (${host}): ${exposes}; use https://, or set server.allow_insecure_http: true` })

@@ -5,6 +5,7 @@
  */
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { KEK_FORMAT, KEK_PATTERN } from '../authserver/key-encryption.js'
+import { PRESETS } from '../claims/issuer.js'
 
 /** A string enum that Ajv reports as one clean `enum` error (a union of literals would report noise). */
 function StringEnum<const T extends readonly string[]>(values: T, message?: string) {
@@ -78,6 +79,29 @@ const Introspection = Strict({
   ca_file: Type.Optional(NonEmpty),
 })
 
+/** A claim path (claims/path.ts): `tenant`, `realm_access.roles`, `["https://example.com/roles"]`; parsed by lint. */
+const ClaimPathText = Type.String({ minLength: 1, maxLength: 256, 'x-message': 'must be a claim path of at most 256 characters' })
+const ClaimScalar = Type.Union([Type.String(), Type.Number(), Type.Boolean()])
+const ClaimOperand = Type.Union([
+  ClaimScalar,
+  Strict({ param: Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_]*$', 'x-message': 'must be a path parameter name' }) }),
+  Strict({ header: HeaderName }),
+], { 'x-message': 'must be a string, number or boolean, { param: name } or { header: Name }' })
+const ClaimCondition = Strict({
+  claim: ClaimPathText,
+  equals: Type.Optional(ClaimOperand),
+  contains: Type.Optional(ClaimOperand),
+  one_of: Type.Optional(Type.Array(ClaimScalar, { minItems: 1 })),
+})
+const ClaimConditions = Strict({
+  all: Type.Optional(Type.Array(ClaimCondition)),
+  any: Type.Optional(Type.Array(ClaimCondition)),
+})
+/** Header name → claim path; names checked against the reserved ones by lint. */
+const ClaimHeaders = Type.Record(Type.String(), ClaimPathText)
+const OneOrMorePaths = Type.Union([ClaimPathText, Type.Array(ClaimPathText, { minItems: 1 })],
+  { 'x-message': 'must be a claim path or a list of claim paths' })
+
 const Issuer = Strict({
   issuer: NonEmpty,
   jwks_uri: Type.Optional(Type.String({ pattern: '^(https?|file)://', 'x-message': 'must be an http://, https:// or file:// URL' })),
@@ -87,7 +111,13 @@ const Issuer = Strict({
   algorithms: Type.Optional(Type.Array(StringEnum(JWS_ALGORITHMS,
     `must be one of ${JWS_ALGORITHMS.join(', ')} (none and HS* are never accepted)`), { minItems: 1 })),
   clock_skew: Type.Optional(Duration),
-  scope_claim: Type.Optional(StringEnum(['scope', 'scp', 'scope_array'] as const)),
+  // Issue 17: `scope`, `scp`, `scope_array` or any claim path, or a list of them (claims/issuer.ts).
+  scope_claim: Type.Optional(OneOrMorePaths),
+  preset: Type.Optional(StringEnum(PRESETS)),
+  client_id_claim: Type.Optional(OneOrMorePaths),
+  audience_claim: Type.Optional(ClaimPathText),
+  claims: Type.Optional(ClaimConditions),
+  claim_headers: Type.Optional(ClaimHeaders),
   require_typ: Type.Optional(NonEmpty),
   jwks_cooldown: Type.Optional(Duration),
   jwks_max_age: Type.Optional(Duration),
@@ -106,6 +136,8 @@ const Route = Strict({
   upstream: NonEmpty,
   auth: Type.Optional(StringEnum(['required', 'optional', 'none'] as const)),
   scopes: Type.Optional(Scopes),
+  claims: Type.Optional(ClaimConditions),
+  claim_headers: Type.Optional(ClaimHeaders),
   max_body_size: Type.Optional(Size),
 })
 

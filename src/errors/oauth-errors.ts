@@ -69,8 +69,20 @@ export class InsufficientScope extends GatewayError {
   readonly code = 'insufficient_scope'
   readonly status = 403
   override readonly challenge = true
-  constructor(readonly required: readonly string[], detail: string) {
+  /** @param condition which rule failed, for the metrics: `scopes.all` or `scopes.any` */
+  constructor(readonly required: readonly string[], detail: string, readonly condition = 'scopes') {
     super('the access token lacks a required scope', { detail })
+  }
+}
+/**
+ * A route's claim condition failed (issue 17): 403 without a Bearer challenge, since no scope the client
+ * could ask for would help. Which condition failed (`claims.all[1]`) goes to the log and the metrics only.
+ */
+export class ClaimsNotSatisfied extends GatewayError {
+  readonly code = 'access_denied'
+  readonly status = 403
+  constructor(readonly condition: string, detail: string) {
+    super('the access token does not permit this request', { detail })
   }
 }
 export class NoMatchingRoute extends GatewayError {

@@ -6,6 +6,8 @@
 import type { IncomingMessage } from 'node:http'
 import type { ForwardConfig } from '../config/schema.js'
 import type { Principal } from '../authn/principal.js'
+import type { ClaimHeader } from '../claims/headers.js'
+import { readClaim } from '../claims/path.js'
 import { GATEWAY_COOKIES } from '../authserver/browser/session.js'
 import { InvalidToken } from '../errors/oauth-errors.js'
 
@@ -37,6 +39,8 @@ export const DEFAULT_IDENTITY_HEADERS = {
 
 export interface HeaderPolicy {
   readonly removed: ReadonlySet<string>
+  /** `issuers[].claim_headers`, by issuer; null when no issuer maps any. */
+  readonly issuerClaimHeaders: ReadonlyMap<string, readonly ClaimHeader[]> | null
   readonly subject: string
   readonly clientId: string
   readonly scopes: string
@@ -45,15 +49,34 @@ export interface HeaderPolicy {
   readonly tls: boolean
 }
 
-export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: boolean): HeaderPolicy {
+function identityNames(forward: ForwardConfig | undefined): string[] {
   const names = { ...DEFAULT_IDENTITY_HEADERS, ...forward?.identity_headers }
-  const identity = [names.subject, names.client_id, names.scopes, names.issuer].map((name) => name.toLowerCase())
+  return [names.subject, names.client_id, names.scopes, names.issuer].map((name) => name.toLowerCase())
+}
+
+/**
+ * Names a claim header may not take (issue 17): what frames the request or carries credentials, the
+ * hop-by-hop, forwarding and override headers, and the identity headers.
+ */
+export function reservedHeaderNames(forward: ForwardConfig | undefined): ReadonlySet<string> {
+  return new Set([...HOP_BY_HOP, ...FORWARDED, ...STRIPPED_HEADERS, ...identityNames(forward),
+    'authorization', 'cookie', 'content-length', 'content-type', 'content-encoding', 'dpop'])
+}
+
+/**
+ * @param claimHeaders every header any `claim_headers` names (removed from every request, as identity
+ *   headers are), and the issuers' mappings
+ */
+export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: boolean,
+  claimHeaders: { names: readonly string[]; byIssuer: ReadonlyMap<string, readonly ClaimHeader[]> } = { names: [], byIssuer: new Map() }): HeaderPolicy {
+  const identity = identityNames(forward)
   const trustForwarded = forward?.trust_forwarded_headers ?? false
   const removed = new Set([...HOP_BY_HOP, ...identity, ...STRIPPED_HEADERS, ...(forward?.strip_headers ?? []).map((name) => name.toLowerCase()),
-    ...(trustForwarded ? [] : FORWARDED)])
+    ...(trustForwarded ? [] : FORWARDED), ...claimHeaders.names])
   if (forward?.strip_authorization) removed.add('authorization')
   return {
     removed,
+    issuerClaimHeaders: claimHeaders.byIssuer.size > 0 ? claimHeaders.byIssuer : null,
     subject: identity[0]!,
     clientId: identity[1]!,
     scopes: identity[2]!,
@@ -76,6 +99,35 @@ function identityValue(value: string): string {
   return value
 }
 
+/**
+ * A claim as a header value (issue 17): a string, a number or a boolean as written; an array as its members
+ * joined by ", " (RFC 9110 §5.6.1 list syntax), each member a string, number or boolean; undefined (no
+ * header) for a missing claim, null or an empty array. Each value or member must be an identity value (see
+ * above), and an object is never written: either refuses the token (401), as an identity header does.
+ */
+export function claimHeaderValue(value: unknown): string | undefined {
+  if (value === undefined || value === null) return undefined
+  if (!Array.isArray(value)) return identityValue(scalarText(value))
+  if (value.length === 0) return undefined
+  let out = identityValue(scalarText(value[0]))
+  for (let i = 1; i < value.length; i++) out += ', ' + identityValue(scalarText(value[i]))
+  return out
+}
+
+function scalarText(value: unknown): string {
+  if (typeof value === 'string') return value
+  if ((typeof value === 'number' && Number.isFinite(value)) || typeof value === 'boolean') return String(value)
+  throw new InvalidToken('unrepresentable_claim')
+}
+
+function setClaimHeaders(out: OutgoingHeaders, claims: Readonly<Record<string, unknown>> | undefined, headers: readonly ClaimHeader[]): void {
+  for (let i = 0; i < headers.length; i++) {
+    const header = headers[i]!
+    const value = claimHeaderValue(readClaim(claims, header.path))
+    if (value !== undefined) out[header.name] = value
+  }
+}
+
 /** The scopes, space-separated; each one an identity value (no space inside, by the split). None: empty. */
 function scopesValue(scopes: readonly string[]): string {
   const value = scopes.join(' ')
@@ -92,7 +144,8 @@ function withoutGatewayCookies(cookie: string): string | undefined {
   return kept.length === 0 ? undefined : kept.map((pair) => pair.trim()).join('; ')
 }
 
-export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal | undefined, policy: HeaderPolicy): OutgoingHeaders {
+export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal | undefined, policy: HeaderPolicy,
+  routeClaimHeaders: readonly ClaimHeader[] | null = null): OutgoingHeaders {
   const incoming = req.headers
   const out: OutgoingHeaders = {}
   const removed = policy.removed
@@ -131,6 +184,10 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
     if (principal.clientId !== undefined) out[policy.clientId] = identityValue(principal.clientId)
     out[policy.scopes] = scopesValue(principal.scopes)
     out[policy.issuer] = identityValue(principal.issuer)
+    // The issuer's mapping, then the route's: a header both name is the route's.
+    const byIssuer = policy.issuerClaimHeaders?.get(principal.issuer)
+    if (byIssuer) setClaimHeaders(out, principal.claims, byIssuer)
+    if (routeClaimHeaders) setClaimHeaders(out, principal.claims, routeClaimHeaders)
   }
   return out
 }

@@ -80,6 +80,9 @@ export class Metrics {
     ['route', 'method', 'status', 'decision', 'reason'], this.registry)
   readonly requestDuration = new PlainHistogram('portcullis_request_duration_seconds',
     'Time from the request\'s arrival to the end of the response, by route id.', ['route'], LATENCY_BUCKETS, this.registry)
+  readonly authorizationDenials = new PlainCounter('portcullis_authorization_denials_total',
+    'Requests with a valid token refused by a route\'s rules (403), by route id and the rule that failed: scopes.all, scopes.any, claims.all[N] or claims.any.',
+    ['route', 'condition'], this.registry)
   readonly upstreamDuration = new PlainHistogram('portcullis_upstream_duration_seconds',
     'Time from sending a request upstream to the end of its response, by upstream name and outcome.',
     ['upstream', 'outcome'], LATENCY_BUCKETS, this.registry)
@@ -195,6 +198,11 @@ export class Metrics {
     // Every label value is bounded (route ids, methods, statuses, decisions, reasons).
     this.requests.labels(route, METHODS.has(method) ? method : 'OTHER', String(status), decision, reason).value++
     this.requestDuration.observe(seconds, route)
+  }
+
+  /** A valid token refused by a route's scopes or claim conditions (labels bounded by the config). */
+  observeDenial(route: string, condition: string): void {
+    this.authorizationDenials.labels(route, condition).value++
   }
 
   /** One request sent upstream: its time to the end of the response, or to its failure. */

@@ -1,12 +1,15 @@
 /**
  * `routes:` → a table of compiled rules, built once at load and sorted most specific first:
- * literal segments beat `*` beat `**` (compared left to right; a pattern that has ended beats a `**`
- * there), then a method list beats "all methods". Two rules that tie (equally specific, a path in
+ * literal segments beat `*` (and `{name}`, a named `*`) beat `**` (compared left to right; a pattern that
+ * has ended beats a `**` there), then a method list beats "all methods". Two rules that tie (equally specific, a path in
  * common, overlapping methods) are a config error, never a silent pick. A literal matches every
  * spelling an upstream decodes the same way (`:` and `%3A`, `%C3%A9` and `%c3%a9`).
  */
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
+import { compileConditions, conditionPaths, type CompiledConditions, type ParamPosition } from '../claims/conditions.js'
+import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
+import type { ClaimPath } from '../claims/path.js'
 import { pathProblem } from './normalize.js'
 import { canonicalSegment } from './segments.js'
 
@@ -16,8 +19,10 @@ export interface CompiledRule {
   readonly id: string
   readonly index: number
   readonly path: string
-  /** Per segment: a literal in canonical form, `*` or `**`; `/` is one empty literal (see segments.ts). */
+  /** Per segment: a literal in canonical form, `*` (also for `{name}`) or `**`; `/` is one empty literal (see segments.ts). */
   readonly segments: readonly string[]
+  /** The `{name}` segments of the path (issue 17), where each sits among the request's segments. */
+  readonly params: ReadonlyMap<string, ParamPosition>
   /** Per segment: 4 literal, 3 `*`, 1 `**`; compared left to right, higher wins (see {@link compareRank}). */
   readonly rank: readonly number[]
   /** `null` means every method. */
@@ -26,6 +31,10 @@ export interface CompiledRule {
   readonly auth: AuthMode
   readonly scopesAll: readonly string[]
   readonly scopesAny: readonly string[] | null
+  /** `claims:` (issue 17); null when the route has none. */
+  readonly claims: CompiledConditions | null
+  /** `claim_headers:` (issue 17); null when the route has none. */
+  readonly claimHeaders: readonly ClaimHeader[] | null
   readonly maxBodySize: number
 }
 
@@ -41,17 +50,51 @@ const END = 2
 const GLOBSTAR = 1
 
 const LITERAL_SEGMENT = /^[A-Za-z0-9\-._~!$&'()+,=:@%]*$/
+const PARAM_SEGMENT = /^\{([A-Za-z_][A-Za-z0-9_]*)\}$/
+const NO_PARAMS: ReadonlyMap<string, ParamPosition> = new Map()
 
-function compilePattern(pattern: string): { segments: string[]; rank: number[] } | string {
-  if (pattern === '/') return { segments: [''], rank: [] }
+interface CompiledPattern {
+  segments: string[]
+  rank: number[]
+  params: ReadonlyMap<string, ParamPosition>
+}
+
+/**
+ * Where each `{name}` sits: before the first `**`, at its own index; after the last, counted from the end
+ * (every segment there is exactly one request segment). Between two `**`, nowhere in particular: refused.
+ */
+function paramPositions(segments: readonly string[], found: ReadonlyMap<string, number>): ReadonlyMap<string, ParamPosition> | string {
+  if (found.size === 0) return NO_PARAMS
+  const first = segments.indexOf('**')
+  const last = segments.lastIndexOf('**')
+  const positions = new Map<string, ParamPosition>()
+  for (const [name, i] of found) {
+    if (first === -1 || i < first) positions.set(name, { index: i, fromEnd: false })
+    else if (i > last) positions.set(name, { index: segments.length - i, fromEnd: true })
+    else return `{${name}} sits between two "**", so no one segment is it`
+  }
+  return positions
+}
+
+function compilePattern(pattern: string): CompiledPattern | string {
+  if (pattern === '/') return { segments: [''], rank: [], params: NO_PARAMS }
   const segments = pattern.slice(1).split('/')
   const rank: number[] = []
+  const params = new Map<string, number>()
   for (const [i, segment] of segments.entries()) {
+    const param = PARAM_SEGMENT.exec(segment)
     if (segment === '**') {
       if (segments[i - 1] === '**') return 'has "**" twice in a row'
       rank.push(GLOBSTAR)
     } else if (segment === '*') {
       rank.push(STAR)
+    } else if (param) {
+      // A named `*`: one non-empty segment, ranked as `*`.
+      if (params.has(param[1]!)) return `has the path parameter {${param[1]}} twice`
+      params.set(param[1]!, i)
+      rank.push(STAR)
+    } else if (segment.includes('{') || segment.includes('}')) {
+      return `segment "${segment}": a path parameter is a whole segment, {name}, of letters, digits and _ (not starting with a digit)`
     } else {
       if (segment.includes('*')) return `segment "${segment}": "*" and "**" must be whole segments`
       if (segment === '' && i !== segments.length - 1) return 'has an empty segment ("//")'
@@ -61,7 +104,10 @@ function compilePattern(pattern: string): { segments: string[]; rank: number[] }
       rank.push(LITERAL)
     }
   }
-  return { segments: segments.map((segment) => (segment.includes('%') ? canonicalSegment(segment) : segment)), rank }
+  const canonical = segments.map((segment) => (PARAM_SEGMENT.test(segment) ? '*' : segment.includes('%') ? canonicalSegment(segment) : segment))
+  const positions = paramPositions(canonical, params)
+  if (typeof positions === 'string') return positions
+  return { segments: canonical, rank, params: positions }
 }
 
 /** Literal beats `*` beats the pattern's end beats `**`, segment by segment from the left. */
@@ -101,6 +147,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
   const rules: CompiledRule[] = []
   const problems: RuleProblem[] = []
   const ids = new Map<string, number>()
+  const reserved = claimHeaderReserved(config)
   config.routes.forEach((route: RouteConfig, index) => {
     const at = ['routes', index]
     if (ids.has(route.id)) problems.push({ path: [...at, 'id'], message: `duplicate route id (also routes[${ids.get(route.id)}])` })
@@ -117,11 +164,18 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       problems.push({ path: [...at, 'path'], message: compiled })
       return
     }
+    if (auth === 'none' && (route.claims || route.claim_headers)) {
+      problems.push({ path: [...at, route.claims ? 'claims' : 'claim_headers'], message: 'claim conditions and claim headers need auth: required or optional' })
+    }
+    const claims = compileConditions(route.claims, [...at, 'claims'], compiled.params, problems) ?? null
+    const claimHeaders = compileClaimHeaders(route.claim_headers, [...at, 'claim_headers'], reserved, problems)
     rules.push({
       id: route.id,
       index,
       path: route.path,
       ...compiled,
+      claims,
+      claimHeaders,
       methods: route.methods ? new Set(route.methods) : null,
       upstream: route.upstream,
       auth,
@@ -155,4 +209,9 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
     }
   }
   return { rules, problems }
+}
+
+/** Every claim path the routes read (conditions and claim headers). */
+export function routeClaimPaths(rules: readonly CompiledRule[]): ClaimPath[] {
+  return rules.flatMap((rule) => [...conditionPaths(rule.claims ?? undefined), ...(rule.claimHeaders ?? []).map((header) => header.path)])
 }

@@ -10,8 +10,12 @@ const ROUTABLE_METHODS: ReadonlySet<string> = new Set(HTTP_METHODS)
 
 /** The most specific rule for this method and (origin-form) path, or undefined (then see {@link allowedMethods}). */
 export function matchRule(rules: readonly CompiledRule[], method: string, path: string): CompiledRule | undefined {
+  return matchSplitRule(rules, method, path, splitPath(path))
+}
+
+/** {@link matchRule} with the path already split ({@link splitPath}), for a caller that reads the segments too. */
+export function matchSplitRule(rules: readonly CompiledRule[], method: string, path: string, segments: readonly string[]): CompiledRule | undefined {
   if (!ROUTABLE_METHODS.has(method) || !path.startsWith('/')) return undefined
-  const segments = splitPath(path)
   for (const rule of rules) {
     if ((rule.methods === null || rule.methods.has(method)) && matchSegments(rule.segments, segments)) return rule
   }

@@ -8,10 +8,10 @@ import type { Duplex, Readable } from 'node:stream'
 import { randomUUID } from 'node:crypto'
 import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
 import type { Principal } from '../authn/principal.js'
-import { requireScopes } from '../authz/scopes.js'
+import { authorize } from '../authz/scopes.js'
 import {
-  BadGateway, GatewayError, GatewayTimeout, HttpVersionNotSupported, MalformedRequest, MethodNotAllowed, MissingToken,
-  NoMatchingRoute, RequestTooLarge, ServerError, TemporarilyUnavailable,
+  ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, HttpVersionNotSupported, MalformedRequest, MethodNotAllowed, MissingToken,
+  InsufficientScope, NoMatchingRoute, RequestTooLarge, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
 import type { Decision } from '../metrics/metrics.js'
 import { renderError, renderErrorOnSocket } from '../errors/render.js'
@@ -19,7 +19,8 @@ import { echoRequest } from '../forward/echo.js'
 import { ClientGone, forwardRequest, upstreamFailure, type ForwardHandler, type Upstream } from '../forward/proxy.js'
 import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
 import type { CompiledRule } from '../rules/compile.js'
-import { allowedMethods, matchRule } from '../rules/match.js'
+import { allowedMethods, matchSplitRule } from '../rules/match.js'
+import { splitPath } from '../rules/segments.js'
 import { splitRequestTarget } from '../rules/normalize.js'
 import { hasBody, requestBody } from './request-body.js'
 import { requestHeadProblem } from './request-head.js'
@@ -48,15 +49,16 @@ const LOGS_REQUESTS = new Set(['info', 'debug', 'trace'])
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
 function decisionOf(failure: GatewayError): Decision {
-  if (failure.challenge || failure instanceof MissingToken) return 'denied'
+  if (failure.challenge || failure instanceof MissingToken || failure instanceof ClaimsNotSatisfied) return 'denied'
   if (failure instanceof TemporarilyUnavailable) return 'unavailable'
   if (failure instanceof BadGateway || failure instanceof GatewayTimeout) return 'upstream_error'
   if (failure.status >= 500) return 'error'
   return 'rejected'
 }
 
-function matchOrThrow(rules: readonly CompiledRule[], method: string, path: string): CompiledRule {
-  const rule = matchRule(rules, method, path)
+/** The rule for this method and path (split once by the caller: claim conditions read its segments too). */
+function matchOrThrow(rules: readonly CompiledRule[], method: string, path: string, segments: readonly string[]): CompiledRule {
+  const rule = matchSplitRule(rules, method, path, segments)
   if (rule) return rule
   const allow = allowedMethods(rules, path)
   throw allow.length > 0 ? new MethodNotAllowed(allow) : new NoMatchingRoute()
@@ -67,7 +69,8 @@ function matchOrThrow(rules: readonly CompiledRule[], method: string, path: stri
  * Synchronous on a verified-JWT cache hit (the hot path awaits nothing), a promise otherwise; throws or
  * rejects with the error to answer.
  */
-function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, query: string): Principal | undefined | Promise<Principal> {
+function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, query: string,
+  segments: readonly string[]): Principal | undefined | Promise<Principal> {
   if (rule.auth === 'none') return undefined
   rejectQueryToken(query)
   const token = extractBearerToken(req, rt.maxTokenSize)
@@ -76,8 +79,8 @@ function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRu
     throw new MissingToken()
   }
   const found = rt.authenticator.authenticate(token)
-  if (found instanceof Promise) return found.then((principal) => { requireScopes(principal, rule); return principal })
-  requireScopes(found, rule)
+  if (found instanceof Promise) return found.then((principal) => { authorize(principal, rule, req.headers, segments); return principal })
+  authorize(found, rule, req.headers, segments)
   return found
 }
 
@@ -159,11 +162,12 @@ export class GatewayPipeline {
     const problem = requestHeadProblem(req)
     if (problem) throw problem
     const { path, query } = splitRequestTarget(req.url ?? '')
-    const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path)
+    const segments = splitPath(path)
+    const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path, segments)
     outcome.route = rule.id
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
     if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
-    const found = authenticate(rt, req, rule, query)
+    const found = authenticate(rt, req, rule, query, segments)
     if (found instanceof Promise || hasBody(req)) return this.serveLater(rt, req, res, outcome, rule, path, query, found)
     return this.forward(rt, req, res, outcome, rule, path, query, found, null)
   }
@@ -184,7 +188,7 @@ export class GatewayPipeline {
 
   private forward(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     path: string, query: string, principal: Principal | undefined, body: Readable | Buffer | null): Promise<void> | undefined {
-    const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
+    const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (upstream.echo) return echoRequest(req, res, path, query, headers, body)
     // Gone while its token was validated or its body read: nothing to send, and no upstream connection to
@@ -204,6 +208,7 @@ export class GatewayPipeline {
     outcome.error = failure.code
     outcome.detail = failure.internal.detail ?? failure.description
     outcome.cause = failure.internal.cause
+    if (failure instanceof ClaimsNotSatisfied || failure instanceof InsufficientScope) rt.metrics.observeDenial(outcome.route, failure.condition)
     // A body we did not read must not be read now (it may be 50 MB): close the connection instead; and a
     // client that spoke another HTTP version gets nothing more on this one.
     renderError(res, failure, rt.realm, (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported)
@@ -235,9 +240,10 @@ export class GatewayPipeline {
     if (req.method !== 'GET') throw new MalformedRequest('a WebSocket upgrade must be a GET request')
     if (req.httpVersionMajor === 1 && req.httpVersionMinor === 0) throw new MalformedRequest('a WebSocket upgrade needs HTTP/1.1')
     const { path, query } = splitRequestTarget(req.url ?? '')
-    const rule = matchOrThrow(rt.rules, 'GET', path)
-    const principal = await authenticate(rt, req, rule, query)
-    const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy)
+    const segments = splitPath(path)
+    const rule = matchOrThrow(rt.rules, 'GET', path, segments)
+    const principal = await authenticate(rt, req, rule, query, segments)
+    const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (!upstream.pool) throw new BadGateway(`upstream ${upstream.name} does not accept WebSocket upgrades`)
     let upgraded

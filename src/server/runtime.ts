@@ -15,6 +15,7 @@ import { createUpstream, type Upstream } from '../forward/proxy.js'
 import { createHeaderPolicy, type HeaderPolicy } from '../forward/upstream-headers.js'
 import type { Metrics } from '../metrics/metrics.js'
 import { compileRules } from '../rules/compile.js'
+import { compileClaimPlan, type ClaimPlan } from '../claims/plan.js'
 import type { CompiledRule } from '../rules/compile.js'
 
 export interface GatewayRuntime {
@@ -43,15 +44,16 @@ export interface RuntimeDependencies {
   readonly isRevoked?: RevocationCheck | undefined
 }
 
-/** The authenticator depends on these sections only. */
-function authnSource(config: GatewayConfig): string {
-  return JSON.stringify({ issuers: config.issuers ?? [], cache: config.cache ?? {} })
+/** The authenticator depends on these only (the claims it keeps come from the routes too). */
+function authnSource(config: GatewayConfig, plan: ClaimPlan): string {
+  return JSON.stringify({ issuers: config.issuers ?? [], cache: config.cache ?? {}, kept: plan.kept })
 }
 
 /** Builds a runtime from `config`, taking from `previous` what is unchanged. */
 export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, previous?: GatewayRuntime): GatewayRuntime {
   const { rules } = compileRules(config)
-  const authn = authnSource(config)
+  const plan = compileClaimPlan(config, rules)
+  const authn = authnSource(config, plan)
   const authenticator = previous && previous.source.authn === authn
     ? previous.authenticator
     : new Authenticator({
@@ -62,6 +64,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
       now: deps.now,
       metrics: deps.metrics,
       ...(deps.isRevoked && { isRevoked: deps.isRevoked }),
+      keptClaims: plan.kept,
     })
   const upstreamSources = new Map(Object.entries(config.upstreams).map(([name, upstream]) => [name, JSON.stringify(upstream)]))
   const upstreams = new Map<string, Upstream>()
@@ -74,7 +77,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
     rules,
     authenticator,
     upstreams,
-    headerPolicy: createHeaderPolicy(config.forward, Boolean(config.server?.tls)),
+    headerPolicy: createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer }),
     realm: config.server?.realm ?? 'portcullis',
     maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
     bodyPolicy: {

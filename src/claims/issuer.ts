@@ -1,0 +1,147 @@
+/**
+ * What an issuer's tokens mean (issue 17): where its permissions are (`scope_claim`), which claim names the
+ * client (`client_id_claim`) and the audience (`audience_claim`), what every token of it must satisfy
+ * (`claims`), and `preset`, which fills those in as a big identity provider issues its tokens. Compiled once
+ * per issuer at load; read at verification (a cache hit reads none of it).
+ */
+import type { IssuerConfig, JwsAlgorithm } from '../config/schema.js'
+import { compileConditions, compilePath, type CompiledConditions, type ConditionProblem } from './conditions.js'
+import { SCOPE_TOKEN, readScopes } from '../authn/principal.js'
+import { readClaim, type ClaimPath } from './path.js'
+
+export const PRESETS = ['entra', 'keycloak', 'auth0', 'okta', 'cognito'] as const
+export type Preset = (typeof PRESETS)[number]
+
+type PresetDefaults = Pick<IssuerConfig, 'scope_claim' | 'client_id_claim' | 'audience_claim' | 'claims' | 'algorithms'>
+
+/** docs/configuration.md, "Issuer presets", shows a token of each provider's documented shape. */
+export const PRESET_DEFAULTS: Readonly<Record<Preset, PresetDefaults>> = {
+  // Delegated tokens carry `scp` (a string), app-only ones `roles` (an array) and no `scp`; v1.0 names the client `appid`.
+  entra: { scope_claim: ['scp', 'roles'], client_id_claim: ['azp', 'appid'], algorithms: ['RS256'] },
+  // Realm roles in realm_access.roles; a client's roles in resource_access.<client>.roles (add that path
+  // yourself). Its access and ID tokens share the `typ` header: the payload's `typ` tells them apart.
+  keycloak: {
+    scope_claim: ['scope', 'realm_access.roles'], client_id_claim: ['azp', 'client_id'],
+    claims: { all: [{ claim: 'typ', equals: 'Bearer' }] },
+  },
+  // RBAC with "Add Permissions in the Access Token": `permissions`, an array, beside `scope`.
+  auth0: { scope_claim: ['scope', 'permissions'], client_id_claim: ['azp', 'client_id'], algorithms: ['RS256'] },
+  // The custom authorization server's `scp` is an array; the client is `cid`.
+  okta: { scope_claim: ['scp'], client_id_claim: ['cid'], algorithms: ['RS256'] },
+  // Access tokens have no `aud`: the app client id is `client_id`; an ID token (token_use: id) is no access token.
+  cognito: {
+    scope_claim: ['scope', 'cognito:groups'], client_id_claim: ['client_id'], audience_claim: 'client_id', algorithms: ['RS256'],
+    claims: { all: [{ claim: 'token_use', equals: 'access' }] },
+  },
+}
+
+/** An issuer's config with its preset's defaults filled in (what the config says itself wins). */
+export function withPreset(config: IssuerConfig): IssuerConfig {
+  if (config.preset === undefined) return config
+  const defaults = PRESET_DEFAULTS[config.preset]
+  const presetAll = defaults.claims?.all ?? []
+  const claims = presetAll.length === 0 ? config.claims : { ...config.claims, all: [...presetAll, ...(config.claims?.all ?? [])] }
+  return {
+    ...defaults,
+    ...config,
+    ...(claims && { claims }),
+  } as IssuerConfig
+}
+
+/** One place permissions are read from. */
+export type PermissionSource =
+  | { readonly kind: 'scope' | 'scp' | 'scope_array' }
+  | { readonly kind: 'claim'; readonly path: ClaimPath }
+
+export interface IssuerClaims {
+  /** Null: the default (the first of `scope` and `scp` present). */
+  readonly permissions: readonly PermissionSource[] | null
+  readonly clientId: readonly ClaimPath[]
+  /** Null: `aud`. */
+  readonly audience: ClaimPath | null
+  readonly conditions: CompiledConditions | undefined
+}
+
+const KEYWORDS = new Set(['scope', 'scp', 'scope_array'])
+const DEFAULT_CLIENT_ID: readonly ClaimPath[] = [{ text: 'client_id', segments: ['client_id'] }, { text: 'azp', segments: ['azp'] }]
+
+function asList(value: string | string[] | undefined): string[] | undefined {
+  return value === undefined ? undefined : Array.isArray(value) ? value : [value]
+}
+
+/** Compiles an issuer's claim settings (preset applied first); problems at `at` (`issuers[i]`). */
+export function compileIssuerClaims(raw: IssuerConfig, at: Array<string | number>, problems: ConditionProblem[]): IssuerClaims {
+  const config = withPreset(raw)
+  const scopeClaims = asList(config.scope_claim)
+  let permissions: PermissionSource[] | null = null
+  if (scopeClaims) {
+    permissions = []
+    scopeClaims.forEach((entry, i) => {
+      const where = Array.isArray(raw.scope_claim) ? [...at, 'scope_claim', i] : [...at, 'scope_claim']
+      if (KEYWORDS.has(entry)) {
+        permissions!.push({ kind: entry as 'scope' | 'scp' | 'scope_array' })
+        return
+      }
+      const path = compilePath(entry, where, problems)
+      if (path) permissions!.push({ kind: 'claim', path })
+    })
+    const kinds = permissions.map((source) => (source.kind === 'claim' ? source.path.text : source.kind))
+    if (kinds.includes('scope') && kinds.includes('scope_array')) {
+      problems.push({ path: [...at, 'scope_claim'], message: 'give scope or scope_array (the same claim, also as an array), not both' })
+    }
+  }
+  const clientIdClaims = asList(config.client_id_claim)
+  const clientId = clientIdClaims
+    ? clientIdClaims.flatMap((entry, i) =>
+      compilePath(entry, Array.isArray(raw.client_id_claim) ? [...at, 'client_id_claim', i] : [...at, 'client_id_claim'], problems) ?? [])
+    : DEFAULT_CLIENT_ID
+  const audience = config.audience_claim === undefined || config.audience_claim === 'aud'
+    ? null
+    : compilePath(config.audience_claim, [...at, 'audience_claim'], problems) ?? null
+  const conditions = compileConditions(config.claims, [...at, 'claims'], null, problems)
+  return { permissions, clientId, audience, conditions }
+}
+
+/** For the runtime: the config passed `check`, so a problem here is a bug, not a user's mistake. */
+export function issuerClaims(config: IssuerConfig): IssuerClaims {
+  const problems: ConditionProblem[] = []
+  const compiled = compileIssuerClaims(config, [], problems)
+  if (problems.length > 0) throw new Error(`issuer ${config.issuer}: ${problems.map((problem) => problem.message).join('; ')}`)
+  return compiled
+}
+
+export function effectiveAlgorithms(config: IssuerConfig): readonly JwsAlgorithm[] | undefined {
+  return withPreset(config).algorithms
+}
+
+/**
+ * The permissions of a token, in the order of `scope_claim`, each once; undefined when `scope` or `scp` is
+ * malformed (the token is refused). `scope` is a space-delimited string (RFC 9068 §2.2.3), an array only with
+ * `scope_array`; `scp` an array or a string. Any other claim: an array of strings, or a string of
+ * space-separated words; a member that is not a scope-token (a space, a quote, non-ASCII, not a string) is
+ * not a permission, and a claim of another type grants none (it never refuses the token).
+ */
+export function readPermissions(claims: Readonly<Record<string, unknown>>, sources: readonly PermissionSource[]): string[] | undefined {
+  const found = new Set<string>()
+  for (const source of sources) {
+    if (source.kind !== 'claim') {
+      const scopes = readScopes(claims, source.kind)
+      if (!scopes) return undefined
+      for (const scope of scopes) found.add(scope)
+      continue
+    }
+    const value = readClaim(claims, source.path)
+    const words = typeof value === 'string' ? value.split(' ') : Array.isArray(value) ? value : []
+    for (const word of words) if (typeof word === 'string' && SCOPE_TOKEN.test(word)) found.add(word)
+  }
+  return [...found]
+}
+
+/** The first of the client id claims that is a string. */
+export function readClientId(claims: Readonly<Record<string, unknown>>, paths: readonly ClaimPath[]): string | undefined {
+  for (const path of paths) {
+    const value = readClaim(claims, path)
+    if (typeof value === 'string') return value
+  }
+  return undefined
+}

@@ -1,0 +1,39 @@
+/**
+ * What the whole config reads of tokens' claims (issue 17), worked out once per load: which top-level claims
+ * a principal keeps (nothing else of a token stays in the caches), which headers claim mappings set (all
+ * removed from every client request), and each issuer's mapping.
+ */
+import type { GatewayConfig } from '../config/schema.js'
+import { routeClaimPaths, type CompiledRule } from '../rules/compile.js'
+import type { ConditionProblem } from './conditions.js'
+import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from './headers.js'
+import { compileIssuerClaims } from './issuer.js'
+import type { ClaimPath } from './path.js'
+
+export interface ClaimPlan {
+  /** Sorted: part of what decides whether a reload may keep the authenticator and its caches. */
+  readonly kept: readonly string[]
+  readonly headerNames: readonly string[]
+  readonly byIssuer: ReadonlyMap<string, readonly ClaimHeader[]>
+}
+
+/** The plan, with every problem of the issuers' claim settings (the routes' are compileRules's). */
+export function compileClaimPlan(config: GatewayConfig, rules: readonly CompiledRule[], problems: ConditionProblem[] = []): ClaimPlan {
+  const reserved = claimHeaderReserved(config)
+  const paths: ClaimPath[] = routeClaimPaths(rules)
+  const names = new Set<string>()
+  for (const rule of rules) for (const header of rule.claimHeaders ?? []) names.add(header.name)
+  const byIssuer = new Map<string, readonly ClaimHeader[]>()
+  ;(config.issuers ?? []).forEach((issuer, i) => {
+    compileIssuerClaims(issuer, ['issuers', i], problems)
+    const headers = compileClaimHeaders(issuer.claim_headers, ['issuers', i, 'claim_headers'], reserved, problems)
+    if (!headers) return
+    byIssuer.set(issuer.issuer, headers)
+    for (const header of headers) {
+      names.add(header.name)
+      paths.push(header.path)
+    }
+  })
+  const kept = [...new Set(paths.map((path) => path.segments[0]!))].sort()
+  return { kept, headerNames: [...names].sort(), byIssuer }
+}
