@@ -11,8 +11,7 @@ import type { IssuerConfig, IntrospectionConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import type { IntrospectionOutcome, IntrospectionRecorder, Metrics } from '../metrics/metrics.js'
-import { unmetCondition } from '../claims/conditions.js'
-import { issuerClaims, readPermissions, type IssuerClaims } from '../claims/issuer.js'
+import { issuerClaims, readPermissions, unmetIssuerCondition, type IssuerClaims } from '../claims/issuer.js'
 import { keepClaims, readScopes, type Principal } from './principal.js'
 import { tokenHash, type TokenCache } from './token-cache.js'
 
@@ -185,8 +184,8 @@ export class IntrospectionClient {
     const { permissions, conditions } = this.claims
     const others = permissions?.filter((source) => source.kind === 'claim')
     const granted = others?.length ? [...new Set([...scopes, ...readPermissions(body, others)!])] : scopes
-    const unmet = conditions && unmetCondition(conditions, body, undefined)
-    if (unmet) return refuse('bad_claim', `unmet_issuer_condition ${unmet === 'any' ? 'claims.any' : unmet.text}`)
+    const unmet = unmetIssuerCondition(conditions, body)
+    if (unmet !== undefined) return refuse('bad_claim', `unmet_issuer_condition ${unmet}`)
     const clientId = body.client_id
     const principal: Principal = {
       issuer: this.issuer,

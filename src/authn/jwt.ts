@@ -12,8 +12,7 @@ import { parseDuration } from '../config/units.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import { KeySetUnavailable, RemoteKeySet } from './jwks.js'
 import { UnusableKey, isSupportedAlgorithm, verifyJwsSignature } from './jws-verify.js'
-import { effectiveAlgorithms, issuerClaims, readClientId, readPermissions, type IssuerClaims } from '../claims/issuer.js'
-import { unmetCondition } from '../claims/conditions.js'
+import { effectiveAlgorithms, issuerClaims, readClientId, readPermissions, unmetIssuerCondition, type IssuerClaims } from '../claims/issuer.js'
 import { readClaim } from '../claims/path.js'
 import { keepClaims, readScopes, type Principal } from './principal.js'
 
@@ -108,8 +107,8 @@ export class JwtIssuer {
     const { permissions, clientId, conditions } = this.claims
     const scopes = permissions ? readPermissions(payload, permissions) : readScopes(payload, undefined)
     if (!scopes) throw rejectJwt('bad_scope_claim')
-    const unmet = conditions && unmetCondition(conditions, payload, undefined)
-    if (unmet) throw new InvalidToken(`unmet_issuer_condition ${unmet === 'any' ? 'claims.any' : unmet.text}`, undefined, 'bad_claim')
+    const unmet = unmetIssuerCondition(conditions, payload)
+    if (unmet !== undefined) throw new InvalidToken(`unmet_issuer_condition ${unmet}`, undefined, 'bad_claim')
     return {
       issuer: this.config.issuer,
       subject: typeof payload.sub === 'string' ? payload.sub : undefined,

@@ -62,6 +62,8 @@ export interface CompiledConditions {
 export interface ConditionProblem {
   path: Array<string | number>
   message: string
+  /** Located at the key (a header name) rather than its value. */
+  atKey?: boolean
 }
 
 /** A claim path from the config, or a problem at `at`; shared by conditions and claim headers. */
@@ -170,16 +172,19 @@ function compileCondition(config: ClaimConditionConfig, at: Array<string | numbe
   return { label, text: `${path.text} ${operator.replace('_', ' ')} ${describe(operand)}`, path, test }
 }
 
-/** `claims:` of a route (`at` = its config path) or an issuer (`params` null); undefined when absent. */
+/**
+ * `claims:` of a route (`at` = its config path) or an issuer (`params` null); undefined when absent.
+ * `name` prefixes the labels (`claims.all[0]`; a preset's are `preset.claims.all[0]`).
+ */
 export function compileConditions(config: ClaimConditionsConfig | undefined, at: Array<string | number>,
-  params: ReadonlyMap<string, ParamPosition> | null, problems: ConditionProblem[]): CompiledConditions | undefined {
+  params: ReadonlyMap<string, ParamPosition> | null, problems: ConditionProblem[], name = 'claims'): CompiledConditions | undefined {
   if (config === undefined) return undefined
   if (!config.all?.length && !config.any?.length) {
     problems.push({ path: at, message: 'an empty condition: give claims.all or claims.any a condition, or remove claims' })
     return undefined
   }
   const list = (group: 'all' | 'any') => (config[group] ?? []).flatMap((condition, i) =>
-    compileCondition(condition, [...at, group, i], `claims.${group}[${i}]`, params, problems) ?? [])
+    compileCondition(condition, [...at, group, i], `${name}.${group}[${i}]`, params, problems) ?? [])
   return { all: list('all'), any: config.any?.length ? list('any') : null }
 }
 

@@ -31,15 +31,15 @@ export function compileClaimHeaders(config: Readonly<Record<string, string>> | u
     const where = [...at, header]
     const name = header.toLowerCase()
     if (!TOKEN.test(header)) {
-      problems.push({ path: where, message: `"${header}" is not an HTTP header name` })
+      problems.push({ path: where, message: `"${header}" is not an HTTP header name` , atKey: true })
       continue
     }
     if (reserved.has(name)) {
-      problems.push({ path: where, message: `"${header}" is a header the gateway sets, strips or frames itself; choose another name` })
+      problems.push({ path: where, message: `"${header}" is a header the gateway sets, strips or frames itself; choose another name` , atKey: true })
       continue
     }
     if (seen.has(name)) {
-      problems.push({ path: where, message: `"${header}" is "${seen.get(name)}" again (header names ignore case)` })
+      problems.push({ path: where, message: `"${header}" is "${seen.get(name)}" again (header names ignore case)` , atKey: true })
       continue
     }
     seen.set(name, header)

@@ -5,7 +5,7 @@
  * per issuer at load; read at verification (a cache hit reads none of it).
  */
 import type { IssuerConfig, JwsAlgorithm } from '../config/schema.js'
-import { compileConditions, compilePath, type CompiledConditions, type ConditionProblem } from './conditions.js'
+import { compileConditions, compilePath, unmetCondition, type CompiledConditions, type ConditionProblem } from './conditions.js'
 import { SCOPE_TOKEN, readScopes } from '../authn/principal.js'
 import { readClaim, type ClaimPath } from './path.js'
 
@@ -35,17 +35,14 @@ export const PRESET_DEFAULTS: Readonly<Record<Preset, PresetDefaults>> = {
   },
 }
 
-/** An issuer's config with its preset's defaults filled in (what the config says itself wins). */
+/**
+ * An issuer's config with its preset's defaults filled in (what the config says itself wins), except
+ * `claims`: the preset's conditions are kept apart (compiled as `preset.claims`, added to the issuer's own).
+ */
 export function withPreset(config: IssuerConfig): IssuerConfig {
   if (config.preset === undefined) return config
-  const defaults = PRESET_DEFAULTS[config.preset]
-  const presetAll = defaults.claims?.all ?? []
-  const claims = presetAll.length === 0 ? config.claims : { ...config.claims, all: [...presetAll, ...(config.claims?.all ?? [])] }
-  return {
-    ...defaults,
-    ...config,
-    ...(claims && { claims }),
-  } as IssuerConfig
+  const { claims: _presetClaims, ...defaults } = PRESET_DEFAULTS[config.preset]
+  return { ...defaults, ...config } as IssuerConfig
 }
 
 /** One place permissions are read from. */
@@ -59,7 +56,8 @@ export interface IssuerClaims {
   readonly clientId: readonly ClaimPath[]
   /** Null: `aud`. */
   readonly audience: ClaimPath | null
-  readonly conditions: CompiledConditions | undefined
+  /** The preset's conditions, then the issuer's own: every one must hold. */
+  readonly conditions: readonly CompiledConditions[]
 }
 
 const KEYWORDS = new Set(['scope', 'scp', 'scope_array'])
@@ -98,7 +96,11 @@ export function compileIssuerClaims(raw: IssuerConfig, at: Array<string | number
   const audience = config.audience_claim === undefined || config.audience_claim === 'aud'
     ? null
     : compilePath(config.audience_claim, [...at, 'audience_claim'], problems) ?? null
-  const conditions = compileConditions(config.claims, [...at, 'claims'], null, problems)
+  const fromPreset = raw.preset && PRESET_DEFAULTS[raw.preset].claims
+  const conditions = [
+    ...(fromPreset ? [compileConditions(fromPreset, [...at, 'preset'], null, problems, 'preset.claims')!] : []),
+    ...(raw.claims ? [compileConditions(raw.claims, [...at, 'claims'], null, problems)].filter((c) => c !== undefined) : []),
+  ]
   return { permissions, clientId, audience, conditions }
 }
 
@@ -142,6 +144,16 @@ export function readClientId(claims: Readonly<Record<string, unknown>>, paths: r
   for (const path of paths) {
     const value = readClaim(claims, path)
     if (typeof value === 'string') return value
+  }
+  return undefined
+}
+
+/** The first of an issuer's conditions the claims fail, as its log text; undefined when all hold. */
+export function unmetIssuerCondition(conditions: readonly CompiledConditions[], claims: Readonly<Record<string, unknown>>): string | undefined {
+  for (const group of conditions) {
+    const unmet = unmetCondition(group, claims, undefined)
+    if (unmet === 'any') return `${group.any![0]!.label.replace(/\[0\]$/, '')}: none held`
+    if (unmet) return `${unmet.label}: ${unmet.text}`
   }
   return undefined
 }

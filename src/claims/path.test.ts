@@ -29,9 +29,9 @@ describe('parseClaimPath', () => {
 
   it('refuses what it cannot read, saying where', () => {
     expect(failure('')).toMatchObject({ message: 'is empty' })
-    expect(failure('a..b')).toMatchObject({ offset: 2 })
-    expect(failure('a.')).toMatchObject({ message: 'ends with "."', offset: 2 })
-    expect(failure('.a')).toMatchObject({ offset: 0 })
+    expect(failure('a..b')).toMatchObject({ message: 'has an empty claim name (".." or a leading ".")', offset: 2 })
+    expect(failure('a.')).toMatchObject({ message: 'ends with "."', offset: 1 })
+    expect(failure('.a')).toMatchObject({ message: 'has an empty claim name (".." or a leading ".")', offset: 0 })
     expect(failure('a b')).toMatchObject({ offset: 1 })
     expect(failure('["open')).toMatchObject({ message: 'has an unterminated quoted name', offset: 0 })
     expect(failure('[name]')).toMatchObject({ offset: 1 })
@@ -48,7 +48,8 @@ describe('parseClaimPath', () => {
   it('bounds the length and the depth', () => {
     expect(failure('a'.repeat(257)).message).toBe('is longer than 256 characters')
     expect(segments(Array.from({ length: 8 }, () => 'a').join('.'))).toHaveLength(8)
-    expect(failure(Array.from({ length: 9 }, () => 'a').join('.')).message).toBe('is nested deeper than 8 levels')
+    expect(failure(Array.from({ length: 9 }, () => 'a').join('.'))).toEqual({ message: 'is nested deeper than 8 levels', offset: 16 })
+    expect(failure(`${Array.from({ length: 8 }, () => 'a').join('.')}["b"]`)).toEqual({ message: 'is nested deeper than 8 levels', offset: 15 })
   })
 })
 

@@ -44,7 +44,9 @@ export function parseClaimPath(text: string): ClaimPath {
       const bare = BARE.exec(text.slice(i))
       if (!bare) {
         const char = text[i]
-        throw new ClaimPathError(char === undefined ? 'ends with "."' : `has ${JSON.stringify(char)} where a claim name should start ` +
+        if (char === undefined) throw new ClaimPathError('ends with "."', i - 1)
+        if (char === '.') throw new ClaimPathError('has an empty claim name (".." or a leading ".")', i)
+        throw new ClaimPathError(`has ${JSON.stringify(char)} where a claim name should start ` +
           '(quote names with dots, quotes or spaces: ["https://example.com/roles"])', i)
       }
       segments.push(bare[0])
@@ -54,18 +56,21 @@ export function parseClaimPath(text: string): ClaimPath {
         throw new ClaimPathError(`looks like a URL: quote a claim name that holds dots, as ["${text}"]`, 0)
       }
     }
-    while (text[i] === '[') i = readBracketed(text, i, segments)
-    if (segments.length > MAX_DEPTH) throw new ClaimPathError(`is nested deeper than ${MAX_DEPTH} levels`, i)
+    while (text[i] === '[') {
+      if (segments.length === MAX_DEPTH) throw new ClaimPathError(`is nested deeper than ${MAX_DEPTH} levels`, i)
+      i = readBracketed(text, i, segments)
+    }
     if (i === text.length) return { text, segments }
     if (text[i] !== '.') throw new ClaimPathError(`has ${JSON.stringify(text[i])} where "." or the end should be`, i)
     i++
+    if (segments.length === MAX_DEPTH) throw new ClaimPathError(`is nested deeper than ${MAX_DEPTH} levels`, i)
   }
 }
 
 /** `["name"]` or `['name']` from `start` (at the `[`); `\"`, `\'` and `\\` escape. Returns the offset after `]`. */
 function readBracketed(text: string, start: number, segments: string[]): number {
   const quote = text[start + 1]
-  if (quote !== '"' && quote !== "'") throw new ClaimPathError('"[" must be followed by a quoted name, as ["name"]', start + 1)
+  if (quote !== '"' && quote !== "'") throw new ClaimPathError('has "[" without a quoted name after it (write ["name"])', start + 1)
   let name = ''
   let i = start + 2
   for (;;) {
@@ -83,7 +88,7 @@ function readBracketed(text: string, start: number, segments: string[]): number 
     i++
   }
   if (name === '') throw new ClaimPathError('has an empty quoted name', start)
-  if (text[i + 1] !== ']') throw new ClaimPathError('a quoted name must be followed by "]"', i + 1)
+  if (text[i + 1] !== ']') throw new ClaimPathError('has a quoted name not followed by "]"', i + 1)
   segments.push(name)
   return i + 2
 }

@@ -132,8 +132,8 @@ export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEn
 
   if (!validateSchema(value)) {
     // An unknown key is wrong whatever its value; any other error under an unset variable is its echo.
-    const errors = (validateSchema.errors ?? []).filter((error) =>
-      error.keyword === 'additionalProperties' || !causedByEnv(formatPath(instancePathOf(error))))
+    const errors = withoutUnionNoise((validateSchema.errors ?? []).filter((error) =>
+      error.keyword === 'additionalProperties' || !causedByEnv(formatPath(instancePathOf(error)))))
     throw fail(errors.map((error) => schemaIssue(error, issue)))
   }
   const config = resolvePaths(value, path.dirname(path.resolve(fileName)))
@@ -156,9 +156,22 @@ function instancePathOf(error: ErrorObject): (string | number)[] {
     .map((part) => (/^[0-9]+$/.test(part) ? Number(part) : part))
 }
 
+const customMessage = (error: ErrorObject) => (error.parentSchema as { 'x-message'?: string } | undefined)?.['x-message']
+
+/**
+ * A value that matches none of a union's forms makes Ajv report why each form failed (`must be string`,
+ * `must be array`, …, `must match a schema in anyOf`): where the union has its own message, that one alone.
+ */
+function withoutUnionNoise(errors: ErrorObject[]): ErrorObject[] {
+  const unions = errors.filter((error) => error.keyword === 'anyOf' && customMessage(error) !== undefined).map((error) => error.instancePath)
+  if (unions.length === 0) return errors
+  return errors.filter((error) => (error.keyword === 'anyOf' && customMessage(error) !== undefined) ||
+    !unions.some((at) => error.instancePath === at || error.instancePath.startsWith(`${at}/`)))
+}
+
 function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey?: boolean) => ConfigIssue): ConfigIssue {
   const configPath = instancePathOf(error)
-  const custom = (error.parentSchema as { 'x-message'?: string } | undefined)?.['x-message']
+  const custom = customMessage(error)
   switch (error.keyword) {
     case 'additionalProperties': {
       const key = (error.params as { additionalProperty: string }).additionalProperty
@@ -172,6 +185,8 @@ function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey
       return issue(configPath, custom ?? `must be one of ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`)
     case 'pattern':
       return issue(configPath, custom ?? `must match ${(error.params as { pattern: string }).pattern}`)
+    case 'anyOf':
+      return issue(configPath, custom ?? error.message ?? 'is invalid')
     default:
       return issue(configPath, error.message ?? 'is invalid')
   }

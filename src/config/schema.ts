@@ -95,7 +95,7 @@ const ClaimCondition = Strict({
 })
 const ClaimConditions = Strict({
   all: Type.Optional(Type.Array(ClaimCondition)),
-  any: Type.Optional(Type.Array(ClaimCondition)),
+  any: Type.Optional(Type.Array(ClaimCondition, { minItems: 1 })),
 })
 /** Header name → claim path; names checked against the reserved ones by lint. */
 const ClaimHeaders = Type.Record(Type.String(), ClaimPathText)

@@ -7,7 +7,7 @@
  */
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
-import { compileConditions, conditionPaths, type CompiledConditions, type ParamPosition } from '../claims/conditions.js'
+import { compileConditions, conditionPaths, type CompiledConditions, type ConditionProblem, type ParamPosition } from '../claims/conditions.js'
 import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
 import type { ClaimPath } from '../claims/path.js'
 import { pathProblem } from './normalize.js'
@@ -38,10 +38,7 @@ export interface CompiledRule {
   readonly maxBodySize: number
 }
 
-export interface RuleProblem {
-  path: Array<string | number>
-  message: string
-}
+export type RuleProblem = ConditionProblem
 
 const LITERAL = 4
 const STAR = 3
@@ -164,8 +161,8 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       problems.push({ path: [...at, 'path'], message: compiled })
       return
     }
-    if (auth === 'none' && (route.claims || route.claim_headers)) {
-      problems.push({ path: [...at, route.claims ? 'claims' : 'claim_headers'], message: 'claim conditions and claim headers need auth: required or optional' })
+    for (const key of ['claims', 'claim_headers'] as const) {
+      if (auth === 'none' && route[key]) problems.push({ path: [...at, key], message: `${key} needs auth: required or optional` })
     }
     const claims = compileConditions(route.claims, [...at, 'claims'], compiled.params, problems) ?? null
     const claimHeaders = compileClaimHeaders(route.claim_headers, [...at, 'claim_headers'], reserved, problems)
