@@ -94,6 +94,8 @@ describe('claim conditions', () => {
   it.each([
     ['a..b', 'has an empty claim name (".." or a leading ".") (at character 3)'],
     ['a.', 'ends with "." (at character 2)'],
+    ['roles.a b', `has " " where "." or the end should be (at character 8)`],
+    ['a.]b', `has "]" where a claim name should start ${QUOTE_HINT} (at character 3)`],
     ['["unterminated', 'has an unterminated quoted name (at character 1)'],
     ['[unquoted]', 'has "[" without a quoted name after it (write ["name"]) (at character 2)'],
     ['https://example.com/roles', 'looks like a URL: quote a claim name that holds dots, as ["https://example.com/roles"] (at character 1)'],
