@@ -258,6 +258,19 @@ issuers:
 routes:
   - { id: items, path: "/api/**", upstream: items, scopes: { all: ["items:read"] } }
 ${IDENTITY}`)
+/** (d) plus issue 17's features on the same request: two claim conditions (one on a path parameter) and two claim headers. */
+const CLAIMS = { area: 'api', realm_access: { roles: ['items-reader', 'auditor'] } }
+const claimsYaml = (port) => proxyYaml(port, `
+issuers:
+  - { issuer: "${ISSUER}", jwks_file: "${ctx.jwksFile}", audience: [${AUDIENCE}], algorithms: [ES256, RS256] }
+routes:
+  - id: items
+    path: "/{area}/**"
+    upstream: items
+    scopes: { all: ["items:read"] }
+    claims: { all: [ { claim: area, equals: { param: area } }, { claim: realm_access.roles, contains: items-reader } ] }
+    claim_headers: { X-Area: area, X-Roles: realm_access.roles }
+${IDENTITY}`)
 const opaqueYaml = (port) => proxyYaml(port, `
 issuers:
   - issuer: "${OPAQUE_ISSUER}"
@@ -391,6 +404,15 @@ const SCENARIOS = [
     gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
   { id: 'd', label: '(d) Portcullis, JWT cache hit + scopes + identity headers', kind: 'proxy', start: portcullisProxy('d', jwtYaml),
     gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  { id: 'd-claims', label: '(d) + two claim conditions + two claim headers (issue 17)', kind: 'proxy', start: portcullisProxy('d-claims', claimsYaml),
+    async gate(t) {
+      await proxyGate(t, ctx.claimsToken, { auth: true, subject: 'claims-user-0' })
+      const echo = JSON.parse((await request(`${t.base}/api/__echo`, { headers: bearer(ctx.claimsToken) })).body)
+      expect(echo['x-area'] === 'api' && echo['x-roles'] === 'items-reader, auditor', `claim headers not forwarded: ${JSON.stringify(echo).slice(0, 300)}`)
+      const refused = await request(t.url, { headers: bearer(ctx.hotToken) })
+      expect(refused.status === 403, `expected 403 for a token without the claims, got ${refused.status}`)
+    },
+    load: () => ({ options: { headers: bearer(ctx.claimsToken) } }) },
   { id: 'e-es256', label: '(e) Portcullis, JWT cold, ES256 (distinct token each request)', kind: 'proxy', needs: 'ES256',
     start: portcullisProxy('e-es256', jwtYaml), gate: (t) => proxyGate(t, ctx.gateTokens.ES256, { auth: true, subject: 'gate-0' }), load: coldLoad('ES256') },
   { id: 'e-rs256', label: '(e) Portcullis, JWT cold, RS256 (distinct token each request)', kind: 'proxy', needs: 'RS256',
@@ -568,6 +590,7 @@ ctx.keys = generateKeys()
 ctx.jwksFile = path.join(ctx.dir, 'jwks.json')
 writeFileSync(ctx.jwksFile, JSON.stringify(ctx.keys.jwks))
 ctx.hotToken = mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'load-user-' })[0]
+ctx.claimsToken = mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'claims-user-', claims: CLAIMS })[0]
 ctx.gateTokens = {
   ES256: mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'gate-' })[0],
   RS256: mintTokens('RS256', ctx.keys.RS256, { count: 1, prefix: 'gate-' })[0],
@@ -659,6 +682,7 @@ const summary = Object.fromEntries(selected.map((s) => {
 }))
 const p99Difference = paired('d@2000', 'b@2000', 'p99', (x, y) => x - y)
 const hitOverCold = paired('d', 'e-es256')
+const claimsCost = paired('d-claims', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 
 const cpuModel = readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1] ?? 'unknown CPU'
 const git = (...args) => spawnSync('git', args, { cwd: root, encoding: 'utf8' }).stdout?.trim()
@@ -688,6 +712,7 @@ out('(g) and (h): grants/s, and CPU µs per grant of the server. Ratios to (b) o
 out(`Fixed-rate rows: ${FIXED_RATE} req/s spread evenly over ${PROXY_CONNECTIONS} connections (one autocannon per connection, started 1/${PROXY_CONNECTIONS} s apart).`)
 if (p99Difference !== undefined) out(`p99 (d) − p99 (b) at ${FIXED_RATE} req/s, paired median: ${p99Difference >= 0 ? '+' : ''}${p99Difference.toFixed(2)} ms.`)
 if (hitOverCold !== undefined) out(`JWT cache hit (d) over cold ES256 (e), paired: ${times(hitOverCold)}.`)
+if (claimsCost !== undefined) out(`Claim conditions and headers (d-claims) over (d), CPU per request, paired median: ${claimsCost >= 0 ? '+' : ''}${claimsCost.toFixed(1)} µs.`)
 const saturated = selected.filter((s) => summary[s.id].cpu1Busy >= 95).map((s) => s.id)
 if (saturated.length > 0) out(`CPU 1 (load generator) was saturated in ${saturated.join(', ')}: those rows are a lower bound.`)
 for (const s of selected) {

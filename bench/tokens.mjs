@@ -27,8 +27,8 @@ export function generateKeys() {
 
 const b64 = (value) => Buffer.from(JSON.stringify(value)).toString('base64url')
 
-/** `count` distinct tokens (subjects `${prefix}${from}` …), valid for two hours, with the bench scope. */
-export function mintTokens(alg, key, { count, from = 0, prefix = 'user-' }) {
+/** `count` distinct tokens (subjects `${prefix}${from}` …), valid for two hours, with the bench scope (and `claims`). */
+export function mintTokens(alg, key, { count, from = 0, prefix = 'user-', claims = {} }) {
   const header = b64({ alg, kid: key.kid, typ: 'at+jwt' })
   const iat = Math.floor(Date.now() / 1000)
   // A KeyObject parsed once: passing the PEM to sign() would parse it again for every token.
@@ -37,7 +37,7 @@ export function mintTokens(alg, key, { count, from = 0, prefix = 'user-' }) {
   const tokens = new Array(count)
   for (let i = 0; i < count; i++) {
     const sub = `${prefix}${from + i}`
-    const input = `${header}.${b64({ iss: ISSUER, aud: AUDIENCE, sub, client_id: 'bench-client', scope: SCOPE, jti: `jti-${sub}`, iat, exp: iat + 7200 })}`
+    const input = `${header}.${b64({ iss: ISSUER, aud: AUDIENCE, sub, client_id: 'bench-client', scope: SCOPE, jti: `jti-${sub}`, iat, exp: iat + 7200, ...claims })}`
     tokens[i] = `${input}.${sign('sha256', Buffer.from(input), options).toString('base64url')}`
   }
   return tokens

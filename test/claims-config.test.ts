@@ -79,10 +79,10 @@ describe('claim conditions', () => {
 
   it('refuses a condition with no operator, and one with two', () => {
     expect(issuesOf(route('/t', '    claims:\n      all:\n        - claim: tenant\n'))).toEqual([
-      { line: 10, col: 11, path: 'routes[0].claims.all[0]', message: 'an empty condition: give one of equals, contains or one_of' },
+      { line: 10, col: 11, path: 'routes[0].claims.all[0]', message: 'an empty condition: give one of equals, contains, one_of or present' },
     ])
     expect(issuesOf(route('/t', '    claims:\n      any:\n        - claim: tenant\n          equals: a\n          one_of: [a, b]\n'))).toEqual([
-      { line: 10, col: 11, path: 'routes[0].claims.any[0]', message: 'give one of equals, contains or one_of, not equals and one_of' },
+      { line: 10, col: 11, path: 'routes[0].claims.any[0]', message: 'give one of equals, contains, one_of or present, not equals and one_of' },
     ])
   })
 

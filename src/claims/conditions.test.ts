@@ -43,6 +43,13 @@ describe('claim conditions', () => {
     expect(holds([{ claim: 'tier', one_of: ['gold', 'silver'] }], { tier: ['gold'] })).toBe(false)
   })
 
+  it('present: the claim is there with any value but null', () => {
+    for (const value of ['', 0, false, [], {}, 'x']) expect(holds([{ claim: 'c', present: true }], { c: value }), JSON.stringify(value)).toBe(true)
+    expect(holds([{ claim: 'c', present: true }], { c: null })).toBe(false)
+    expect(holds([{ claim: 'c', present: true }], {})).toBe(false)
+    expect(holds([{ claim: 'constructor', present: true }], {})).toBe(false)
+  })
+
   it('a missing claim satisfies nothing, whatever the test', () => {
     for (const condition of [{ equals: 'x' }, { contains: 'x' }, { one_of: ['x'] }, { equals: { param: 'tenant' } }]) {
       expect(holds([{ claim: 'absent', ...condition }], {}), JSON.stringify(condition)).toBe(false)

@@ -6,6 +6,7 @@
  *   contains: V      the claim is an array with a member V, or a string of space-separated words, one of them V
  *                    (whole words only: "superadmin" does not contain "admin")
  *   one_of: [V, …]   the claim is one of these values
+ *   present: true    the claim is there (and not null), whatever its value
  *
  * where V may also be `{ param: name }` (the route path's `{name}` segment, percent-decoded) or
  * `{ header: Name }` (the request header, one occurrence): a string, which a number claim matches by its
@@ -22,6 +23,7 @@ export interface ClaimConditionConfig {
   equals?: ClaimOperand
   contains?: ClaimOperand
   one_of?: ClaimScalar[]
+  present?: true
 }
 
 export interface ClaimConditionsConfig {
@@ -109,9 +111,9 @@ function containsText(claim: unknown, text: string): boolean {
   return typeof claim === 'string' && claim.split(' ').includes(text)
 }
 
-const OPERATORS = ['equals', 'contains', 'one_of'] as const
+const OPERATORS = ['equals', 'contains', 'one_of', 'present'] as const
 
-function describe(value: ClaimOperand | ClaimScalar[]): string {
+function describe(value: ClaimOperand | ClaimScalar[] | true): string {
   if (Array.isArray(value)) return `[${value.map((item) => JSON.stringify(item)).join(', ')}]`
   if (typeof value !== 'object') return JSON.stringify(value)
   return 'param' in value ? `{${value.param}}` : `header ${value.header}`
@@ -126,15 +128,17 @@ function compileCondition(config: ClaimConditionConfig, at: Array<string | numbe
   const given = OPERATORS.filter((operator) => config[operator] !== undefined)
   if (given.length !== 1) {
     problems.push({ path: at, message: given.length === 0
-      ? 'an empty condition: give one of equals, contains or one_of'
-      : `give one of equals, contains or one_of, not ${given.join(' and ')}` })
+      ? 'an empty condition: give one of equals, contains, one_of or present'
+      : `give one of equals, contains, one_of or present, not ${given.join(' and ')}` })
     return undefined
   }
   const path = compilePath(config.claim, [...at, 'claim'], problems)
   const operator = given[0]!
   const operand = config[operator]!
   let test: Test | undefined
-  if (operator === 'one_of') {
+  if (operator === 'present') {
+    test = (claims) => readClaim(claims, path!) !== undefined
+  } else if (operator === 'one_of') {
     const values = operand as ClaimScalar[]
     test = (claims) => {
       const claim = readClaim(claims, path!)
@@ -169,7 +173,8 @@ function compileCondition(config: ClaimConditionConfig, at: Array<string | numbe
     }
   }
   if (!path || !test) return undefined
-  return { label, text: `${path.text} ${operator.replace('_', ' ')} ${describe(operand)}`, path, test }
+  const text = operator === 'present' ? `${path.text} present` : `${path.text} ${operator.replace('_', ' ')} ${describe(operand)}`
+  return { label, text, path, test }
 }
 
 /**

@@ -16,8 +16,12 @@ type PresetDefaults = Pick<IssuerConfig, 'scope_claim' | 'client_id_claim' | 'au
 
 /** docs/configuration.md, "Issuer presets", shows a token of each provider's documented shape. */
 export const PRESET_DEFAULTS: Readonly<Record<Preset, PresetDefaults>> = {
-  // Delegated tokens carry `scp` (a string), app-only ones `roles` (an array) and no `scp`; v1.0 names the client `appid`.
-  entra: { scope_claim: ['scp', 'roles'], client_id_claim: ['azp', 'appid'], algorithms: ['RS256'] },
+  // Delegated tokens carry `scp` (a string), app-only ones `roles` (an array) and no `scp`; v1.0 names the
+  // client `appid`. Every access token names its client, no ID token does (whose `aud` can be the API's id).
+  entra: {
+    scope_claim: ['scp', 'roles'], client_id_claim: ['azp', 'appid'], algorithms: ['RS256'],
+    claims: { any: [{ claim: 'azp', present: true }, { claim: 'appid', present: true }] },
+  },
   // Realm roles in realm_access.roles; a client's roles in resource_access.<client>.roles (add that path
   // yourself). Its access and ID tokens share the `typ` header: the payload's `typ` tells them apart.
   keycloak: {

@@ -186,6 +186,7 @@ function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey
     case 'pattern':
       return issue(configPath, custom ?? `must match ${(error.params as { pattern: string }).pattern}`)
     case 'anyOf':
+    case 'const':
       return issue(configPath, custom ?? error.message ?? 'is invalid')
     default:
       return issue(configPath, error.message ?? 'is invalid')

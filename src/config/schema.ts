@@ -92,6 +92,7 @@ const ClaimCondition = Strict({
   equals: Type.Optional(ClaimOperand),
   contains: Type.Optional(ClaimOperand),
   one_of: Type.Optional(Type.Array(ClaimScalar, { minItems: 1 })),
+  present: Type.Optional(Type.Literal(true, { 'x-message': 'must be true (a claim that must be absent is not a condition)' })),
 })
 const ClaimConditions = Strict({
   all: Type.Optional(Type.Array(ClaimCondition)),
