@@ -404,7 +404,8 @@ const SCENARIOS = [
     gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
   { id: 'd', label: '(d) Portcullis, JWT cache hit + scopes + identity headers', kind: 'proxy', start: portcullisProxy('d', jwtYaml),
     gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
-  { id: 'd-claims', label: '(d) + two claim conditions + two claim headers (issue 17)', kind: 'proxy', start: portcullisProxy('d-claims', claimsYaml),
+  // newFeature: not run on an --against build, which may not know the config keys.
+  { id: 'd-claims', label: '(d) + two claim conditions + two claim headers (issue 17)', kind: 'proxy', newFeature: true, start: portcullisProxy('d-claims', claimsYaml),
     async gate(t) {
       await proxyGate(t, ctx.claimsToken, { auth: true, subject: 'claims-user-0' })
       const echo = JSON.parse((await request(`${t.base}/api/__echo`, { headers: bearer(ctx.claimsToken) })).body)
@@ -465,7 +466,7 @@ let selected = SCENARIOS.filter((s) => wanted.some((token) => selects(token, s.i
 if (opts.against !== undefined) {
   const cli = path.resolve(opts.against, 'dist/cli.js')
   if (!existsSync(cli)) throw new Error(`--against: ${cli} does not exist (build that checkout first)`)
-  selected = selected.flatMap((s) => (s.start.yaml === undefined ? [s]
+  selected = selected.flatMap((s) => (s.start.yaml === undefined || s.newFeature ? [s]
     : [s, { ...s, id: `${s.id}~against`, label: `${s.label} [${opts.against}]`, start: portcullisProxy(`${s.id}~against`, s.start.yaml, cli) }]))
 }
 const runMemory = wanted.some((token) => selects(token, 'i'))

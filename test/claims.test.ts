@@ -12,6 +12,8 @@ import { Writable } from 'node:stream'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { parse, stringify } from 'yaml'
 import { runPortcullis, type RunningPortcullis } from '../src/server/run.js'
+import { basic, postForm } from './support/authserver.js'
+import { startAuthServerGateway } from './support/gateway.js'
 import { startIntrospectionServer, type TestIntrospectionServer } from './support/introspection.js'
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { scrape, valueOf } from './support/prometheus.js'
@@ -274,4 +276,36 @@ describe('reload', () => {
     expect(await env.running.reload()).toBe(true)
     expect((await get('/tenants/acme/orders/7', token)).status).toBe(200)
   })
+})
+
+describe("the embedded server's tokens", () => {
+  // Its opaque tokens are store rows, not claim sets: conditions and headers read the claims its JWTs carry.
+  for (const format of ['opaque', 'jwt'] as const) {
+    it(`${format} access tokens: conditions and claim headers read iss, sub, client_id and scope`, async (context) => {
+      const svc = { client_id: 'svc', client_secret: 'svc-secret-0123456789abcdef' }
+      const gateway = await startAuthServerGateway({
+        access_token: { format, audience: ['orders-api'] },
+        clients: [svc, { client_id: 'other', client_secret: 'other-secret-0123456789ab' }]
+          .map((client) => ({ ...client, grant_types: ['client_credentials'], scopes: ['orders:read'] })),
+      }, {
+        routes: [{ id: 'api', path: '/api/**', upstream: 'echo',
+          claims: { all: [{ claim: 'client_id', equals: 'svc' }, { claim: 'scope', contains: 'orders:read' }] },
+          claim_headers: { 'X-Client': 'client_id' } }],
+      })
+      context.onTestFinished(() => gateway.close())
+      const token = async (client: { client_id: string; client_secret: string }) => {
+        const res = await postForm(gateway, '/token', { grant_type: 'client_credentials', scope: 'orders:read' }, { authorization: basic(client.client_id, client.client_secret) })
+        expect(res.status).toBe(200)
+        return res.body.access_token as string
+      }
+      const mine = await token(svc)
+      expect(mine.startsWith('pat_')).toBe(format === 'opaque')
+      const res = await fetch(`${gateway.url}/api/x`, { headers: { authorization: `Bearer ${mine}`, 'x-client': 'forged' } })
+      expect(res.status).toBe(200)
+      expect(((await res.json()) as { headers: Record<string, string> }).headers['x-client']).toBe('svc')
+      const other = await fetch(`${gateway.url}/api/x`, { headers: { authorization: `Bearer ${await token({ client_id: 'other', client_secret: 'other-secret-0123456789ab' })}` } })
+      expect(other.status).toBe(403)
+      expect(await other.json()).toEqual({ error: 'access_denied', error_description: 'the access token does not permit this request' })
+    })
+  }
 })
