@@ -70,6 +70,8 @@ const RESTART_ONLY: ReadonlyArray<[string, (config: GatewayConfig) => unknown]> 
   ['server.max_header_size', (config) => config.server?.max_header_size],
   ['admin', (config) => config.admin],
   ['authorization_server', (config) => config.authorization_server],
+  // The embedded server learns the resource identifiers clients may ask for (RFC 8707) at start.
+  ['resources[].resource (for the embedded server)', (config) => config.authorization_server?.enabled && (config.resources ?? []).map((r) => r.resource)],
   ['audit', (config) => config.audit],
   ['log.buffer', (config) => config.log?.buffer],
   ['log.flush_interval', (config) => config.log?.flush_interval],
@@ -232,7 +234,9 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   })
   app.decorate('audit', audit)
   const authServer = config.authorization_server?.enabled
-    ? await createAuthServer(app, config.authorization_server, { now, metrics, audit })
+    ? await createAuthServer(app, config.authorization_server, {
+      now, metrics, audit, resources: (config.resources ?? []).map((resource) => resource.resource),
+    })
     : undefined
   for (const path of authServer?.paths ?? []) fastifyPaths.add(path)
   app.decorate('authServer', authServer)

@@ -237,14 +237,14 @@ export class Authenticator {
 
   /**
    * The embedded server's opaque tokens are rows, not claim sets: conditions and claim headers read the
-   * claims its JWTs would carry (iss, sub, client_id, scope, exp, jti).
+   * claims its JWTs would carry (iss, sub, client_id, scope, exp, jti, aud).
    */
   private withEmbeddedClaims(principal: Principal): Principal {
     const kept = this.options.keptClaims
     if (!kept?.length) return principal
     const claims = keepClaims({
       iss: principal.issuer, sub: principal.subject, client_id: principal.clientId, scope: principal.scopes.join(' '),
-      exp: principal.expiresAt, jti: principal.jti,
+      exp: principal.expiresAt, jti: principal.jti, aud: principal.audience,
     }, kept)
     return { ...principal, claims }
   }

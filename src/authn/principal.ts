@@ -9,6 +9,11 @@ export interface Principal {
   /** The token's `jti` (a string, or undefined): what revocation by jti matches. */
   readonly jti: string | undefined
   /**
+   * The embedded server's opaque tokens only (a store row, not a claim set): the `aud` it was issued for
+   * (RFC 8707), read by resource routes as other tokens' `aud` claim (issue 18).
+   */
+  readonly audience?: readonly string[] | undefined
+  /**
    * The claims that route conditions and claim headers name (issue 17), by their top-level names: only
    * those are kept, so a cached principal holds no more of the token than the config reads. Undefined when
    * the config names none.

@@ -59,6 +59,8 @@ export interface AuthServerOptions {
   metrics?: Metrics
   /** Where security events go (the gateway's `audit.output`); none by default. */
   audit?: AuditLog
+  /** The gateway's `resources[].resource` identifiers (RFC 9728): resources clients may ask for (RFC 8707). */
+  resources?: readonly string[]
 }
 
 function principalOf(record: StoredAccessToken, issuer: string): Principal {
@@ -102,7 +104,7 @@ async function connectShared(url: string, prefix: string, log: FastifyBaseLogger
 export async function createAuthServer(app: FastifyInstance, config: AuthorizationServerConfig,
   options: AuthServerOptions = {}): Promise<AuthServer> {
   const now = options.now ?? Date.now
-  const settings = resolveSettings(config)
+  const settings = resolveSettings(config, options.resources)
   const log = app.log.child({ component: 'authorization-server' })
   const store = await openStore(settings, now, log)
   const keys = await KeyManager.open(store, {
@@ -188,7 +190,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   const embedded: EmbeddedIssuer = {
     policy: {
       issuer: settings.issuer,
-      audience: [...settings.audience],
+      audience: [...settings.resourceIndicators],
       algorithms: [settings.algorithm],
       require_typ: 'at+jwt',
     },

@@ -24,13 +24,13 @@ export function grantScope(requested: string | undefined, allowed: Iterable<stri
 
 /**
  * RFC 8707 resource indicators (checklist AT-03): the access token's `aud` is the requested resources,
- * each of which must be one of the configured audiences, or the configured audience when none is named.
+ * each of which must be one of `allowed`, or `fallback` (the configured audience) when none is named.
  */
-export function requestedAudience(body: unknown, configured: readonly string[]): readonly string[] {
+export function requestedAudience(body: unknown, allowed: readonly string[], fallback: readonly string[]): readonly string[] {
   const raw = (body as Record<string, unknown> | null | undefined)?.resource
   const resources = (Array.isArray(raw) ? raw : raw === undefined ? [] : [raw]).filter((value) => value !== '')
-  if (resources.length === 0) return configured
-  const unknown = resources.filter((value) => typeof value !== 'string' || !configured.includes(value))
+  if (resources.length === 0) return fallback
+  const unknown = resources.filter((value) => typeof value !== 'string' || !allowed.includes(value))
   if (unknown.length > 0) throw new InvalidTarget(`unknown resource ${unknown.map(String).join(' ')}`)
   return [...new Set(resources as string[])]
 }

@@ -16,7 +16,13 @@ export interface AuthServerSettings {
   readonly keyEncryption?: KeyEncryptionKey
   readonly accessTokenFormat: 'jwt' | 'opaque'
   readonly accessTokenTtlSeconds: number
+  /** `access_token.audience`: the `aud` of a token whose request names no `resource` (RFC 8707). */
   readonly audience: readonly string[]
+  /**
+   * Every `resource` a client may ask for (RFC 8707): `audience` and the gateway's `resources[].resource`
+   * identifiers (issue 18). What the embedded issuer's tokens may carry as `aud`.
+   */
+  readonly resourceIndicators: readonly string[]
   readonly refreshTokenTtlSeconds: number
   /**
    * `refresh_token.reuse_grace` (0 by default, at most 10 s): how long after a rotation the rotated-out token,
@@ -37,8 +43,10 @@ export interface AuthServerSettings {
   readonly grantTypes: ReadonlySet<GrantType>
 }
 
-export function resolveSettings(config: AuthorizationServerConfig): AuthServerSettings {
+/** @param resources the gateway's `resources[].resource` identifiers (RFC 9728), which clients may ask for too */
+export function resolveSettings(config: AuthorizationServerConfig, resources: readonly string[] = []): AuthServerSettings {
   const issuer = config.issuer!
+  const audience = config.access_token?.audience ?? [issuer]
   return {
     issuer,
     prefix: new URL(issuer).pathname.replace(/\/+$/, ''),
@@ -53,7 +61,8 @@ export function resolveSettings(config: AuthorizationServerConfig): AuthServerSe
     ...(config.signing?.key_encryption_key !== undefined && { keyEncryption: KeyEncryptionKey.parse(config.signing.key_encryption_key) }),
     accessTokenFormat: config.access_token?.format ?? 'jwt',
     accessTokenTtlSeconds: parseDuration(config.access_token?.ttl ?? '1h') / 1000,
-    audience: config.access_token?.audience ?? [issuer],
+    audience,
+    resourceIndicators: [...new Set([...audience, ...resources])],
     refreshTokenTtlSeconds: parseDuration(config.refresh_token?.ttl ?? '30d') / 1000,
     refreshReuseGraceMs: parseDuration(config.refresh_token?.reuse_grace ?? '0s'),
     authorizationCodeTtlSeconds: Math.max(1, Math.floor(parseDuration(config.authorization_code?.ttl ?? '60s') / 1000)),

@@ -16,6 +16,10 @@ function Strict<T extends Parameters<typeof Type.Object>[0]>(properties: T) {
   return Type.Object(properties, { additionalProperties: false })
 }
 
+function ScopeTokenPattern() {
+  return Type.String({ pattern: '^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$', 'x-message': 'must be a scope-token (RFC 6749 §3.3: printable ASCII, no space, " or \\)' })
+}
+
 const Duration = Type.String({
   pattern: '^[0-9]+(ms|s|m|h|d)$',
   'x-message': 'must be a duration such as 30s, 5m or 1h',
@@ -142,6 +146,21 @@ const Route = Strict({
   max_body_size: Type.Optional(Size),
 })
 
+/** RFC 9728 (issue 18): a protected resource, its identifier and the routes that are it. */
+const ResourceUrl = Type.String({ pattern: '^https?://[^/?#]+(/[^?#]*)?$', 'x-message': 'must be an http(s) URL without query or fragment' })
+const Resource = Strict({
+  resource: ResourceUrl,
+  routes: Type.Array(Type.String({ pattern: '^[A-Za-z0-9_.:-]+$', 'x-message': 'must be a route id' }), { minItems: 1 }),
+  // Other `aud` values its routes accept besides `resource` (tokens minted before resource indicators).
+  audience: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
+  authorization_servers: Type.Optional(Type.Array(ResourceUrl, { minItems: 1 })),
+  scopes_supported: Type.Optional(Type.Array(ScopeTokenPattern())),
+  resource_name: Type.Optional(NonEmpty),
+  resource_documentation: Type.Optional(ResourceUrl),
+  resource_policy_uri: Type.Optional(ResourceUrl),
+  resource_tos_uri: Type.Optional(ResourceUrl),
+})
+
 const Forward = Strict({
   identity_headers: Type.Optional(Strict({
     subject: Type.Optional(HeaderName),
@@ -159,7 +178,7 @@ export const GRANT_TYPES = [
   'authorization_code', 'client_credentials', 'refresh_token', 'password', 'urn:ietf:params:oauth:grant-type:device_code',
 ] as const
 export const CLIENT_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none'] as const
-const ScopeToken = Type.String({ pattern: '^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$', 'x-message': 'must be a scope-token (RFC 6749 §3.3: printable ASCII, no space, " or \\)' })
+const ScopeToken = ScopeTokenPattern()
 
 const Client = Strict({
   // Copied into identity headers: no `,` or `"` (docs/configuration.md, identity header values).
@@ -252,6 +271,7 @@ export const GatewayConfigSchema = Strict({
   cache: Type.Optional(Cache),
   authorization_server: Type.Optional(AuthorizationServer),
   audit: Type.Optional(Audit),
+  resources: Type.Optional(Type.Array(Resource)),
 })
 
 export type GatewayConfig = Static<typeof GatewayConfigSchema>
@@ -259,6 +279,7 @@ export type RouteConfig = Static<typeof Route>
 export type IssuerConfig = Static<typeof Issuer>
 export type UpstreamConfig = Static<typeof Upstream>
 export type ForwardConfig = Static<typeof Forward>
+export type ResourceConfig = Static<typeof Resource>
 export type IntrospectionConfig = Static<typeof Introspection>
 export type CacheConfig = Static<typeof Cache>
 export type AuditConfig = Static<typeof Audit>

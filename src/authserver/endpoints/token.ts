@@ -63,7 +63,7 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       if (!client.grantTypes.has(handler.grantType)) {
         throw new UnauthorizedClient(`client ${client.clientId} is not registered for ${handler.grantType}`)
       }
-      const audience = requestedAudience(request.body, ctx.settings.audience)
+      const audience = requestedAudience(request.body, ctx.settings.resourceIndicators, ctx.settings.audience)
       const body = await handler.handle({ form, client, ip: request.ip, audience, ctx })
       // client_id is a label only once authenticated: it is then one from the config, never made up.
       ctx.metrics.tokensIssued.inc({ grant_type: handler.grantType, client_id: client.clientId })
