@@ -309,6 +309,8 @@ describe('metrics on the admin listener', () => {
       status: (value) => /^\d{3}$/.test(value),
       sha256: (value) => /^[0-9a-f]{64}$/.test(value),
       le: (value) => value === '+Inf' || Number.isFinite(Number(value)),
+      // portcullis_authorization_denials_total: the rule that failed, named by its place in the config.
+      condition: (value) => /^(scopes\.(all|any)|claims\.any|claims\.all\[\d+\])$/.test(value),
     }
     const code = (value: string) => /^[A-Za-z_]{0,40}$/.test(value)
     for (const { name, label, value } of labelValues(scraped)) {

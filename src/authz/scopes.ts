@@ -2,7 +2,13 @@ import type { IncomingHttpHeaders } from 'node:http'
 import type { Principal } from '../authn/principal.js'
 import { unmetCondition } from '../claims/conditions.js'
 import type { CompiledRule } from '../rules/compile.js'
-import { ClaimsNotSatisfied, InsufficientScope } from '../errors/oauth-errors.js'
+import { ClaimsNotSatisfied, InsufficientScope, InvalidToken } from '../errors/oauth-errors.js'
+
+/** `aud` (a string or an array of strings) names one of `accepted`. */
+function audienceIncludes(aud: unknown, accepted: readonly string[]): boolean {
+  if (typeof aud === 'string') return accepted.includes(aud)
+  return Array.isArray(aud) && aud.some((value) => typeof value === 'string' && accepted.includes(value))
+}
 
 /** Enforces the rule's `scopes.all` (every one) and `scopes.any` (at least one); throws InsufficientScope. */
 export function requireScopes(principal: Principal, rule: CompiledRule): void {
@@ -25,6 +31,11 @@ export function requireScopes(principal: Principal, rule: CompiledRule): void {
  * may read the request's path parameters (`segments`, canonical) and headers.
  */
 export function authorize(principal: Principal, rule: CompiledRule, headers: IncomingHttpHeaders, segments: readonly string[]): void {
+  // RFC 8707 / RFC 9728: on a resource's routes, only a token issued for that resource (401: it is the wrong token).
+  const resource = rule.resource
+  if (resource !== null && !audienceIncludes(principal.claims?.aud, resource.audiences)) {
+    throw new InvalidToken(`wrong_resource: aud is not ${resource.identifier}`, undefined, 'wrong_audience')
+  }
   requireScopes(principal, rule)
   const claims = rule.claims
   if (claims === null) return

@@ -34,6 +34,8 @@ export function compileClaimPlan(config: GatewayConfig, rules: readonly Compiled
       paths.push(header.path)
     }
   })
-  const kept = [...new Set(paths.map((path) => path.segments[0]!))].sort()
-  return { kept, headerNames: [...names].sort(), byIssuer }
+  const kept = new Set(paths.map((path) => path.segments[0]!))
+  // A resource's routes take only tokens issued for it (issue 18): they read `aud`.
+  if (rules.some((rule) => rule.resource !== null)) kept.add('aud')
+  return { kept: [...kept].sort(), headerNames: [...names].sort(), byIssuer }
 }

@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url'
 import type { GatewayConfig } from './schema.js'
 import { compileRules, type RuleProblem } from '../rules/compile.js'
 import { compileClaimPlan } from '../claims/plan.js'
+import { compileResources } from '../resources/metadata.js'
 import { authorizationServerWarnings, lintAuthorizationServer } from './lint-authserver.js'
 import { parseDuration, parseSize } from './units.js'
 
@@ -76,6 +77,8 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
   const problems: LintProblem[] = [...compiled.problems]
   // Issue 17: the issuers' claim settings (permission, client id and audience claims, conditions, headers).
   compileClaimPlan(config, compiled.rules, problems)
+  // Issue 18: RFC 9728 resources (identifiers served by this gateway, routes that exist, one resource each).
+  compileResources(config, problems)
   if (!config.server?.allow_insecure_http) {
     for (const { path, host, exposes } of cleartextUrls(config)) {
       problems.push({ path, message: `uses http:// off loopback (${host}): ${exposes}; use https://, or set server.allow_insecure_http: true` })

@@ -7,21 +7,27 @@ function quote(value: string): string {
   return '"' + value.replace(/["\\\r\n]/g, '') + '"'
 }
 
-export function challengeFor(error: GatewayError, realm: string): string | undefined {
+/**
+ * The RFC 6750 challenge; on a protected resource's routes (RFC 9728 §5.1), every 401 and the 403
+ * `insufficient_scope` also name its metadata: `resource_metadata="https://…/.well-known/oauth-protected-resource"`.
+ */
+export function challengeFor(error: GatewayError, realm: string, resourceMetadata?: string): string | undefined {
   if (!error.challenge) return undefined
   let header = `Bearer realm=${quote(realm)}`
-  if (error instanceof MissingToken) return header  // RFC 6750 §3.1: no error code when no token was sent
+  const metadata = resourceMetadata !== undefined && (error.status === 401 || error instanceof InsufficientScope)
+    ? `, resource_metadata=${quote(resourceMetadata)}` : ''
+  if (error instanceof MissingToken) return header + metadata  // RFC 6750 §3.1: no error code when no token was sent
   header += `, error=${quote(error.code)}, error_description=${quote(error.description)}`
   if (error instanceof InsufficientScope) header += `, scope=${quote(error.required.join(' '))}`
-  return header
+  return header + metadata
 }
 
-export function errorHeaders(error: GatewayError, realm: string): Record<string, string> {
+export function errorHeaders(error: GatewayError, realm: string, resourceMetadata?: string): Record<string, string> {
   const headers: Record<string, string> = {
     'content-type': 'application/json; charset=utf-8',
     'cache-control': 'no-store',
   }
-  const challenge = challengeFor(error, realm)
+  const challenge = challengeFor(error, realm, resourceMetadata)
   if (challenge) headers['www-authenticate'] = challenge
   if (error instanceof MethodNotAllowed) headers.allow = error.allow.join(', ')
   if (error instanceof TemporarilyUnavailable) headers['retry-after'] = String(error.retryAfterSeconds)
@@ -32,13 +38,13 @@ export function errorBody(error: GatewayError): string {
   return JSON.stringify({ error: error.code, error_description: error.description })
 }
 
-export function renderError(res: ServerResponse, error: GatewayError, realm: string, closeConnection = false): void {
+export function renderError(res: ServerResponse, error: GatewayError, realm: string, closeConnection = false, resourceMetadata?: string): void {
   if (res.headersSent) {
     res.destroy()
     return
   }
   const body = errorBody(error)
-  const headers = errorHeaders(error, realm)
+  const headers = errorHeaders(error, realm, resourceMetadata)
   headers['content-length'] = String(Buffer.byteLength(body))
   if (closeConnection) headers.connection = 'close'
   res.writeHead(error.status, headers)
@@ -46,9 +52,10 @@ export function renderError(res: ServerResponse, error: GatewayError, realm: str
 }
 
 /** For upgrade requests: the socket has no ServerResponse, so write the HTTP/1.1 response by hand. */
-export function renderErrorOnSocket(socket: NodeJS.WritableStream & { destroy(): void }, error: GatewayError, realm: string): void {
+export function renderErrorOnSocket(socket: NodeJS.WritableStream & { destroy(): void }, error: GatewayError, realm: string,
+  resourceMetadata?: string): void {
   const body = errorBody(error)
-  const headers = { ...errorHeaders(error, realm), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
+  const headers = { ...errorHeaders(error, realm, resourceMetadata), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
   const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join('\r\n')
   socket.end(`HTTP/1.1 ${error.status} ${STATUS_TEXT[error.status] ?? 'Error'}\r\n${head}\r\n\r\n${body}`)
 }

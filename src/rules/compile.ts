@@ -10,6 +10,7 @@ import { parseSize } from '../config/units.js'
 import { compileConditions, conditionPaths, type CompiledConditions, type ConditionProblem, type ParamPosition } from '../claims/conditions.js'
 import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
 import type { ClaimPath } from '../claims/path.js'
+import { compileResources, type CompiledResource } from '../resources/metadata.js'
 import { pathProblem } from './normalize.js'
 import { canonicalSegment } from './segments.js'
 
@@ -35,6 +36,8 @@ export interface CompiledRule {
   readonly claims: CompiledConditions | null
   /** `claim_headers:` (issue 17); null when the route has none. */
   readonly claimHeaders: readonly ClaimHeader[] | null
+  /** The RFC 9728 resource the route belongs to (`resources[].routes`, issue 18); null when none. */
+  readonly resource: CompiledResource | null
   readonly maxBodySize: number
 }
 
@@ -145,6 +148,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
   const problems: RuleProblem[] = []
   const ids = new Map<string, number>()
   const reserved = claimHeaderReserved(config)
+  const resources = compileResources(config).byRoute
   config.routes.forEach((route: RouteConfig, index) => {
     const at = ['routes', index]
     if (ids.has(route.id)) problems.push({ path: [...at, 'id'], message: `duplicate route id (also routes[${ids.get(route.id)}])` })
@@ -173,6 +177,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       ...compiled,
       claims,
       claimHeaders,
+      resource: resources.get(route.id) ?? null,
       methods: route.methods ? new Set(route.methods) : null,
       upstream: route.upstream,
       auth,

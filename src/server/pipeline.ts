@@ -23,6 +23,7 @@ import { allowedMethods, matchSplitRule } from '../rules/match.js'
 import { splitPath } from '../rules/segments.js'
 import { splitRequestTarget } from '../rules/normalize.js'
 import { hasBody, requestBody } from './request-body.js'
+import { serveResourceMetadata } from './resource-metadata.js'
 import { requestHeadProblem } from './request-head.js'
 import { retireWhenIdle, type GatewayRuntime } from './runtime.js'
 
@@ -40,6 +41,8 @@ interface Outcome {
   cause?: unknown
   /** The upstream request in flight, told when the client goes away. */
   forwarding?: ForwardHandler | undefined
+  /** The RFC 9728 metadata URL of the matched route's resource, for the challenges (issue 18). */
+  resourceMetadata?: string | undefined
 }
 
 /** Levels at which the one-line-per-request log is written (`info` and chattier). */
@@ -162,9 +165,14 @@ export class GatewayPipeline {
     const problem = requestHeadProblem(req)
     if (problem) throw problem
     const { path, query } = splitRequestTarget(req.url ?? '')
+    if (rt.resourceMetadata !== null && serveResourceMetadata(rt.resourceMetadata, req, res, path)) {
+      outcome.route = '(resource-metadata)'
+      return undefined
+    }
     const segments = splitPath(path)
     const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path, segments)
     outcome.route = rule.id
+    if (rule.resource !== null) outcome.resourceMetadata = rule.resource.metadataUrl
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
     if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
     const found = authenticate(rt, req, rule, query, segments)
@@ -211,7 +219,8 @@ export class GatewayPipeline {
     if (failure instanceof ClaimsNotSatisfied || failure instanceof InsufficientScope) rt.metrics.observeDenial(outcome.route, failure.condition)
     // A body we did not read must not be read now (it may be 50 MB): close the connection instead; and a
     // client that spoke another HTTP version gets nothing more on this one.
-    renderError(res, failure, rt.realm, (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported)
+    renderError(res, failure, rt.realm, (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported,
+      outcome.resourceMetadata)
   }
 
   private logUpgradeFailure(rt: GatewayRuntime, req: IncomingMessage, failure: GatewayError): void {
@@ -224,14 +233,16 @@ export class GatewayPipeline {
   readonly handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     socket.on('error', () => socket.destroy())
     const rt = this.rt
-    this.upgrade(rt, req, socket, head).catch((error: unknown) => {
+    const found: { resourceMetadata?: string } = {}
+    this.upgrade(rt, req, socket, head, found).catch((error: unknown) => {
       const failure = error instanceof GatewayError ? error : new ServerError(error)
       this.logUpgradeFailure(rt, req, failure)
-      renderErrorOnSocket(socket, failure, rt.realm)
+      renderErrorOnSocket(socket, failure, rt.realm, found.resourceMetadata)
     })
   }
 
-  private async upgrade(rt: GatewayRuntime, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  private async upgrade(rt: GatewayRuntime, req: IncomingMessage, socket: Duplex, head: Buffer,
+    found: { resourceMetadata?: string }): Promise<void> {
     if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new MalformedRequest('only WebSocket upgrades are forwarded')
     // RFC 6455 §4.1: the opening handshake is a GET over HTTP/1.1 or later. Forwarded as anything else, an
     // OPTIONS or POST upgrade would match that method's (perhaps anonymous) route and reach the GET one's.
@@ -242,6 +253,7 @@ export class GatewayPipeline {
     const { path, query } = splitRequestTarget(req.url ?? '')
     const segments = splitPath(path)
     const rule = matchOrThrow(rt.rules, 'GET', path, segments)
+    if (rule.resource !== null) found.resourceMetadata = rule.resource.metadataUrl
     const principal = await authenticate(rt, req, rule, query, segments)
     const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!

@@ -16,10 +16,13 @@ import { createHeaderPolicy, type HeaderPolicy } from '../forward/upstream-heade
 import type { Metrics } from '../metrics/metrics.js'
 import { compileRules } from '../rules/compile.js'
 import { compileClaimPlan, type ClaimPlan } from '../claims/plan.js'
+import { compileResources, type CompiledResource } from '../resources/metadata.js'
 import type { CompiledRule } from '../rules/compile.js'
 
 export interface GatewayRuntime {
   readonly rules: readonly CompiledRule[]
+  /** RFC 9728 metadata documents by path (issue 18); null when no resource is configured. */
+  readonly resourceMetadata: ReadonlyMap<string, CompiledResource> | null
   readonly authenticator: Authenticator
   readonly upstreams: ReadonlyMap<string, Upstream>
   readonly headerPolicy: HeaderPolicy
@@ -73,8 +76,10 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
     upstreams.set(name, reused ?? createUpstream(name, upstream))
   }
   if (authenticator !== previous?.authenticator) authenticator.prefetch()
+  const { byMetadataPath } = compileResources(config)
   return {
     rules,
+    resourceMetadata: byMetadataPath.size > 0 ? byMetadataPath : null,
     authenticator,
     upstreams,
     headerPolicy: createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer }),
