@@ -42,6 +42,23 @@ describe('the default config and the README sessions', () => {
     expect(res.headers['x-auth-subject']).toBe('demo-service')
   })
 
+  it('the echo API is a protected resource: its metadata, resource_metadata in the 401, a token bound to it', async () => {
+    const metadata = await fetch(`${gateway.url}/.well-known/oauth-protected-resource`)
+    expect(await metadata.json()).toEqual({
+      resource: gateway.url, authorization_servers: [gateway.url], scopes_supported: ['echo:read', 'echo:write'],
+      bearer_methods_supported: ['header'], resource_name: 'Portcullis echo API',
+    })
+    const anonymous = await fetch(`${gateway.url}/api/orders/42`)
+    expect(anonymous.headers.get('www-authenticate'))
+      .toBe(`Bearer realm="portcullis", resource_metadata="${gateway.url}/.well-known/oauth-protected-resource"`)
+    const tokens = await postForm(gateway, '/token', { grant_type: 'client_credentials', scope: 'echo:read', resource: gateway.url },
+      { authorization: basic('demo-service', 'demo-secret-change-me') })
+    expect(tokens.status).toBe(200)
+    const claims = JSON.parse(Buffer.from((tokens.body.access_token as string).split('.')[1]!, 'base64url').toString()) as { aud: unknown }
+    expect(claims.aud).toBe(gateway.url)
+    expect((await echo(gateway, tokens.body.access_token as string)).status).toBe(200)
+  })
+
   it('demo-spa: authorization code + PKCE for the user demo, on a loopback callback of any port', async () => {
     const verifier = 'readme-verifier-0123456789-abcdefghijklmnopqrstuv'
     const query = new URLSearchParams({

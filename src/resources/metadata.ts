@@ -48,13 +48,17 @@ export function metadataPathOf(identifier: URL): string {
   return WELL_KNOWN + path
 }
 
-/** The authorization servers a resource names by default: the embedded one, then every issuer that is a URL. */
+/**
+ * The authorization servers a resource names by default: the embedded one, then every issuer with
+ * `discovery: true` (clients fetch an authorization server's RFC 8414 metadata; an issuer configured with a
+ * JWKS alone may publish none, so naming it would send clients nowhere).
+ */
 function defaultAuthorizationServers(config: GatewayConfig): string[] {
   const servers: string[] = []
   const embedded = config.authorization_server?.enabled ? config.authorization_server.issuer : undefined
   if (embedded !== undefined) servers.push(embedded)
   for (const issuer of config.issuers ?? []) {
-    if (/^https?:\/\//.test(issuer.issuer) && URL.canParse(issuer.issuer) && !servers.includes(issuer.issuer)) servers.push(issuer.issuer)
+    if (issuer.discovery === true && !servers.includes(issuer.issuer)) servers.push(issuer.issuer)
   }
   return servers
 }
