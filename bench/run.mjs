@@ -271,6 +271,12 @@ routes:
     claims: { all: [ { claim: area, equals: { param: area } }, { claim: realm_access.roles, contains: items-reader } ] }
     claim_headers: { X-Area: area, X-Roles: realm_access.roles }
 ${IDENTITY}`)
+/** (d) with CORS on (issue 18): the SPA's origin allowed, its requests answered with CORS headers, preflights by the gateway. */
+const CORS_ORIGIN = 'https://app.example.com'
+const corsYaml = (port) => `${jwtYaml(port)}
+cors: { allowed_origins: ["${CORS_ORIGIN}"] }
+`
+const PREFLIGHT = { origin: CORS_ORIGIN, 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' }
 const opaqueYaml = (port) => proxyYaml(port, `
 issuers:
   - issuer: "${OPAQUE_ISSUER}"
@@ -414,6 +420,22 @@ const SCENARIOS = [
       expect(refused.status === 403, `expected 403 for a token without the claims, got ${refused.status}`)
     },
     load: () => ({ options: { headers: bearer(ctx.claimsToken) } }) },
+  { id: 'd-cors', label: '(d) + CORS on, an allowed Origin (issue 18)', kind: 'proxy', newFeature: true, start: portcullisProxy('d-cors', corsYaml),
+    async gate(t) {
+      await proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' })
+      const res = await request(t.url, { headers: { ...bearer(ctx.hotToken), origin: CORS_ORIGIN } })
+      expect(res.status === 200 && res.headers['access-control-allow-origin'] === CORS_ORIGIN && /origin/i.test(res.headers.vary ?? ''),
+        `expected 200 with the CORS headers, got ${res.status} ${JSON.stringify(res.headers)}`)
+    },
+    load: () => ({ options: { headers: { ...bearer(ctx.hotToken), origin: CORS_ORIGIN } } }) },
+  { id: 'preflight', label: '(d) config, a CORS preflight answered by the gateway (issue 18)', kind: 'proxy', newFeature: true, start: portcullisProxy('preflight', corsYaml),
+    async gate(t) {
+      const res = await request(t.url, { method: 'OPTIONS', headers: PREFLIGHT })
+      expect(res.status === 204 && res.headers['access-control-allow-origin'] === CORS_ORIGIN, `expected 204 with CORS headers, got ${res.status}`)
+      const refused = await request(t.url, { method: 'OPTIONS', headers: { ...PREFLIGHT, origin: 'https://evil.example' } })
+      expect(refused.status === 403, `expected 403 for an origin not allowed, got ${refused.status}`)
+    },
+    load: () => ({ options: { method: 'OPTIONS', headers: PREFLIGHT } }) },
   { id: 'e-es256', label: '(e) Portcullis, JWT cold, ES256 (distinct token each request)', kind: 'proxy', needs: 'ES256',
     start: portcullisProxy('e-es256', jwtYaml), gate: (t) => proxyGate(t, ctx.gateTokens.ES256, { auth: true, subject: 'gate-0' }), load: coldLoad('ES256') },
   { id: 'e-rs256', label: '(e) Portcullis, JWT cold, RS256 (distinct token each request)', kind: 'proxy', needs: 'RS256',
@@ -684,6 +706,7 @@ const summary = Object.fromEntries(selected.map((s) => {
 const p99Difference = paired('d@2000', 'b@2000', 'p99', (x, y) => x - y)
 const hitOverCold = paired('d', 'e-es256')
 const claimsCost = paired('d-claims', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
+const corsCost = paired('d-cors', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 
 const cpuModel = readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1] ?? 'unknown CPU'
 const git = (...args) => spawnSync('git', args, { cwd: root, encoding: 'utf8' }).stdout?.trim()
@@ -714,6 +737,7 @@ out(`Fixed-rate rows: ${FIXED_RATE} req/s spread evenly over ${PROXY_CONNECTIONS
 if (p99Difference !== undefined) out(`p99 (d) − p99 (b) at ${FIXED_RATE} req/s, paired median: ${p99Difference >= 0 ? '+' : ''}${p99Difference.toFixed(2)} ms.`)
 if (hitOverCold !== undefined) out(`JWT cache hit (d) over cold ES256 (e), paired: ${times(hitOverCold)}.`)
 if (claimsCost !== undefined) out(`Claim conditions and headers (d-claims) over (d), CPU per request, paired median: ${claimsCost >= 0 ? '+' : ''}${claimsCost.toFixed(1)} µs.`)
+if (corsCost !== undefined) out(`CORS headers for an allowed Origin (d-cors) over (d), CPU per request, paired median: ${corsCost >= 0 ? '+' : ''}${corsCost.toFixed(1)} µs.`)
 const saturated = selected.filter((s) => summary[s.id].cpu1Busy >= 95).map((s) => s.id)
 if (saturated.length > 0) out(`CPU 1 (load generator) was saturated in ${saturated.join(', ')}: those rows are a lower bound.`)
 for (const s of selected) {

@@ -5,6 +5,7 @@ import type { GatewayConfig } from './schema.js'
 import { compileRules, type RuleProblem } from '../rules/compile.js'
 import { compileClaimPlan } from '../claims/plan.js'
 import { compileResources } from '../resources/metadata.js'
+import { lintCors } from '../cors/lint.js'
 import { authorizationServerWarnings, lintAuthorizationServer } from './lint-authserver.js'
 import { parseDuration, parseSize } from './units.js'
 
@@ -79,6 +80,8 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
   compileClaimPlan(config, compiled.rules, problems)
   // Issue 18: RFC 9728 resources (identifiers served by this gateway, routes that exist, one resource each).
   compileResources(config, problems)
+  // Issue 18: CORS origins, patterns, credentials with `*`, max_age, route overrides.
+  problems.push(...lintCors(config))
   if (!config.server?.allow_insecure_http) {
     for (const { path, host, exposes } of cleartextUrls(config)) {
       problems.push({ path, message: `uses http:// off loopback (${host}): ${exposes}; use https://, or set server.allow_insecure_http: true` })

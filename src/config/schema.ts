@@ -134,6 +134,20 @@ const Scopes = Strict({
   any: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
 })
 
+/** CORS at the gateway (issue 18, src/cors/): the top-level settings, and what a route may override. */
+const CorsFields = {
+  allowed_origins: Type.Optional(Type.Array(NonEmpty)),
+  allowed_methods: Type.Optional(Type.Array(StringEnum(HTTP_METHODS), { minItems: 1 })),
+  allowed_headers: Type.Optional(Type.Array(HeaderName)),
+  exposed_headers: Type.Optional(Type.Array(HeaderName)),
+  allow_credentials: Type.Optional(Type.Boolean()),
+  max_age: Type.Optional(Duration),
+}
+const Cors = Strict({ ...CorsFields, allowed_origins: Type.Array(NonEmpty) })
+const RouteCorsObject = Strict({ ...CorsFields, upstream: Type.Optional(Type.Boolean()) })
+/** A route's `cors`: `false` (off), `true` (the top-level settings, as when absent) or overrides; no union noise. */
+const RouteCors = Type.Unsafe<boolean | Static<typeof RouteCorsObject>>({ ...RouteCorsObject, type: ['boolean', 'object'] })
+
 const Route = Strict({
   id: Type.String({ pattern: '^[A-Za-z0-9_.:-]+$', 'x-message': 'must be letters, digits and _ . : -' }),
   path: Type.String({ pattern: '^/', 'x-message': 'must start with /' }),
@@ -144,6 +158,7 @@ const Route = Strict({
   claims: Type.Optional(ClaimConditions),
   claim_headers: Type.Optional(ClaimHeaders),
   max_body_size: Type.Optional(Size),
+  cors: Type.Optional(RouteCors),
 })
 
 /** RFC 9728 (issue 18): a protected resource, its identifier and the routes that are it. */
@@ -272,6 +287,7 @@ export const GatewayConfigSchema = Strict({
   authorization_server: Type.Optional(AuthorizationServer),
   audit: Type.Optional(Audit),
   resources: Type.Optional(Type.Array(Resource)),
+  cors: Type.Optional(Cors),
 })
 
 export type GatewayConfig = Static<typeof GatewayConfigSchema>
@@ -280,6 +296,8 @@ export type IssuerConfig = Static<typeof Issuer>
 export type UpstreamConfig = Static<typeof Upstream>
 export type ForwardConfig = Static<typeof Forward>
 export type ResourceConfig = Static<typeof Resource>
+export type CorsConfig = Static<typeof Cors>
+export type RouteCorsConfig = Static<typeof RouteCorsObject>
 export type IntrospectionConfig = Static<typeof Introspection>
 export type CacheConfig = Static<typeof Cache>
 export type AuditConfig = Static<typeof Audit>

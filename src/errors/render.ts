@@ -38,13 +38,19 @@ export function errorBody(error: GatewayError): string {
   return JSON.stringify({ error: error.code, error_description: error.description })
 }
 
-export function renderError(res: ServerResponse, error: GatewayError, realm: string, closeConnection = false, resourceMetadata?: string): void {
+/**
+ * @param cors the CORS headers of the request's origin on its route (issue 18, src/cors/), when the gateway
+ *   answers CORS there: a SPA reads its refusals (and their challenge) too
+ */
+export function renderError(res: ServerResponse, error: GatewayError, realm: string, closeConnection = false, resourceMetadata?: string,
+  cors?: Readonly<Record<string, string>>): void {
   if (res.headersSent) {
     res.destroy()
     return
   }
   const body = errorBody(error)
   const headers = errorHeaders(error, realm, resourceMetadata)
+  if (cors !== undefined) Object.assign(headers, cors)
   headers['content-length'] = String(Buffer.byteLength(body))
   if (closeConnection) headers.connection = 'close'
   res.writeHead(error.status, headers)

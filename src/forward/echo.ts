@@ -2,6 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Readable } from 'node:stream'
 import type { OutgoingHeaders } from './upstream-headers.js'
+import type { CorsAnswer } from '../cors/policy.js'
 
 const MAX_ECHOED_BODY = 64 * 1024
 
@@ -15,8 +16,9 @@ function queryObject(query: string): Record<string, string | string[]> {
   return out
 }
 
+/** `cors`: the CORS headers of the request's origin (issue 18), when the gateway answers CORS on its route. */
 export async function echoRequest(req: IncomingMessage, res: ServerResponse, path: string, query: string,
-  headers: OutgoingHeaders, body: Readable | Buffer | null): Promise<void> {
+  headers: OutgoingHeaders, body: Readable | Buffer | null, cors?: CorsAnswer | null): Promise<void> {
   let bodyBytes = 0
   const kept: Buffer[] = []
   if (Buffer.isBuffer(body)) {
@@ -42,6 +44,7 @@ export async function echoRequest(req: IncomingMessage, res: ServerResponse, pat
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(payload),
     'cache-control': 'no-store',
+    ...cors?.headers,
   })
   res.end(payload)
 }

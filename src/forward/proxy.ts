@@ -10,6 +10,8 @@ import type { UpstreamConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { BadGateway, GatewayError, GatewayTimeout, RequestTooLarge, TemporarilyUnavailable } from '../errors/oauth-errors.js'
 import { responseHeaderList, type OutgoingHeaders } from './upstream-headers.js'
+import type { CorsAnswer } from '../cors/policy.js'
+import { withCorsHeaders } from '../cors/response.js'
 
 export interface Upstream {
   readonly name: string
@@ -79,7 +81,9 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   private counted: Upstream | undefined
   private streamed = false
 
-  constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void) {}
+  /** @param cors the CORS headers of the request's origin (issue 18), when the gateway answers CORS on the route */
+  constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void,
+    private readonly cors: CorsAnswer | null | undefined = null) {}
 
   /** Counts the request as in flight on `upstream` until undici is done with it. */
   countOn(upstream: Upstream, streamed: boolean): void {
@@ -116,7 +120,8 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
     if (statusCode < 200) return true  // an interim response (103 Early Hints) is not relayed; the final one follows
     this.resume = resume
-    this.res.writeHead(statusCode, responseHeaderList(rawHeaders))
+    const headers = responseHeaderList(rawHeaders)
+    this.res.writeHead(statusCode, this.cors ? withCorsHeaders(headers, this.cors) : headers)
     return true
   }
 
@@ -161,13 +166,13 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
  * relayed, or with the error that ended it. The returned handler is told when the client goes away.
  */
 export function forwardRequest(upstream: Upstream, req: IncomingMessage, res: ServerResponse,
-  headers: OutgoingHeaders, body: Readable | Buffer | null, done: (error?: Error) => void): ForwardHandler {
+  headers: OutgoingHeaders, body: Readable | Buffer | null, done: (error?: Error) => void, cors?: CorsAnswer | null): ForwardHandler {
   const streamed = body !== null && !Buffer.isBuffer(body)
   // Half the pool at most for bodies that arrive as slowly as the client likes (within body_min_rate).
   if (streamed && upstream.streaming >= upstream.maxStreaming) {
     throw new TemporarilyUnavailable(`upstream ${upstream.name}: ${upstream.maxStreaming} streamed request bodies in flight`, 1)
   }
-  const handler = new ForwardHandler(res, done)
+  const handler = new ForwardHandler(res, done, cors)
   // Every connection busy: this one queues, for a bounded time (a timer only then, not on the hot path).
   if (upstream.busy >= upstream.connections) handler.waitAtMost(upstream.queueTimeoutMs, upstream.name)
   handler.countOn(upstream, streamed)

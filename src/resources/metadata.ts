@@ -35,11 +35,13 @@ function isLoopbackHost(hostname: string): boolean {
  * (not 0.0.0.0 or ::). Undefined when neither says.
  */
 export function publicOrigin(config: GatewayConfig): URL | undefined {
-  if (config.server?.public_url !== undefined) return new URL(config.server.public_url)
+  if (config.server?.public_url !== undefined) return URL.canParse(config.server.public_url) ? new URL(config.server.public_url) : undefined
   const listen = config.server?.listen ?? '127.0.0.1:8080'
   const host = listen.slice(0, listen.lastIndexOf(':'))
   if (host === '0.0.0.0' || host === '[::]' || host === '::') return undefined
-  return new URL(`${config.server?.tls ? 'https' : 'http'}://${listen}`)
+  const url = `${config.server?.tls ? 'https' : 'http'}://${listen}`
+  // A listener the schema lets through but no URL can name (a port over 65535) is reported by lint itself.
+  return URL.canParse(url) ? new URL(url) : undefined
 }
 
 /** §3.1: `https://api.example.com/orders` → `/.well-known/oauth-protected-resource/orders`. */

@@ -11,6 +11,7 @@ import { compileConditions, conditionPaths, type CompiledConditions, type Condit
 import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
 import type { ClaimPath } from '../claims/path.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
+import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js'
 import { pathProblem } from './normalize.js'
 import { canonicalSegment } from './segments.js'
 
@@ -39,6 +40,8 @@ export interface CompiledRule {
   /** The RFC 9728 resource the route belongs to (`resources[].routes`, issue 18); null when none. */
   readonly resource: CompiledResource | null
   readonly maxBodySize: number
+  /** CORS for the requests this route serves (issue 18): null when off (no `cors` anywhere, or `cors: false`). */
+  readonly cors: CorsPolicy | null
 }
 
 export type RuleProblem = ConditionProblem
@@ -184,6 +187,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       scopesAll: route.scopes?.all ?? [],
       scopesAny: route.scopes?.any ?? null,
       maxBodySize: route.max_body_size ? parseSize(route.max_body_size) : defaultMaxBody,
+      cors: compileCorsPolicy(config.cors, route.cors, route.methods ? new Set(route.methods) : null),
     })
   })
   rules.sort(compareRules)

@@ -23,6 +23,9 @@ import { allowedMethods, matchSplitRule } from '../rules/match.js'
 import { splitPath } from '../rules/segments.js'
 import { splitRequestTarget } from '../rules/normalize.js'
 import { hasBody, requestBody } from './request-body.js'
+import { corsAnswer, type CorsAnswer } from '../cors/policy.js'
+import { answerPreflight, isPreflight } from '../cors/preflight.js'
+import { refusalCors } from '../cors/response.js'
 import { serveResourceMetadata } from './resource-metadata.js'
 import { requestHeadProblem } from './request-head.js'
 import { retireWhenIdle, type GatewayRuntime } from './runtime.js'
@@ -43,6 +46,8 @@ interface Outcome {
   forwarding?: ForwardHandler | undefined
   /** The RFC 9728 metadata URL of the matched route's resource, for the challenges (issue 18). */
   resourceMetadata?: string | undefined
+  /** CORS headers for every answer (issue 18): null when there are none; unset until the route is known. */
+  cors?: CorsAnswer | null | undefined
 }
 
 /** Levels at which the one-line-per-request log is written (`info` and chattier). */
@@ -170,7 +175,14 @@ export class GatewayPipeline {
       return undefined
     }
     const segments = splitPath(path)
-    const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path, segments)
+    // CORS (issue 18), only where configured: this comparison is all it costs otherwise.
+    if (rt.cors !== null) return this.serveCors(rt, req, res, outcome, path, query, segments)
+    return this.serveRoute(rt, req, res, outcome, matchOrThrow(rt.rules, req.method ?? 'GET', path, segments), path, query, segments)
+  }
+
+  /** `serve` once the route is known. */
+  private serveRoute(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
+    path: string, query: string, segments: readonly string[]): Promise<void> | undefined {
     outcome.route = rule.id
     if (rule.resource !== null) outcome.resourceMetadata = rule.resource.metadataUrl
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
@@ -178,6 +190,26 @@ export class GatewayPipeline {
     const found = authenticate(rt, req, rule, query, segments)
     if (found instanceof Promise || hasBody(req)) return this.serveLater(rt, req, res, outcome, rule, path, query, found)
     return this.forward(rt, req, res, outcome, rule, path, query, found, null)
+  }
+
+  /**
+   * `serve` where CORS is configured (src/cors/): a preflight is answered for the route of the request it announces,
+   * before authentication; forwarded (unauthenticated) to an `upstream: true` route only; an ordinary OPTIONS under
+   * `cors: false`. Other requests get their CORS headers from their route, whatever answers them.
+   */
+  private serveCors(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, path: string, query: string,
+    segments: readonly string[]): Promise<void> | undefined {
+    const origin = req.headers.origin
+    if (origin !== undefined && isPreflight(req)) {
+      outcome.cors = null
+      const target = matchOrThrow(rt.rules, req.headers['access-control-request-method'] as string, path, segments)
+      outcome.route = target.id
+      if (target.cors?.upstream) return this.serveLater(rt, req, res, outcome, target, path, query, undefined)
+      if (target.cors !== null) return answerPreflight(target.cors, req, res, origin)
+    }
+    const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path, segments)
+    if (origin !== undefined && outcome.cors === undefined) outcome.cors = corsAnswer(rule.cors, origin, req.method)
+    return this.serveRoute(rt, req, res, outcome, rule, path, query, segments)
   }
 
   /** The rest of `serve` once the token has been validated and the body sized up. */
@@ -198,7 +230,7 @@ export class GatewayPipeline {
     path: string, query: string, principal: Principal | undefined, body: Readable | Buffer | null): Promise<void> | undefined {
     const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!
-    if (upstream.echo) return echoRequest(req, res, path, query, headers, body)
+    if (upstream.echo) return echoRequest(req, res, path, query, headers, body, outcome.cors)
     // Gone while its token was validated or its body read: nothing to send, and no upstream connection to
     // spend (undici's abort would close the one it had picked).
     if (res.destroyed) throw forwardingFailure(new ClientGone(), req, upstream)
@@ -206,7 +238,7 @@ export class GatewayPipeline {
     outcome.forwarding = forwardRequest(upstream, req, res, headers, body, (error) => {
       rt.metrics.observeUpstream(upstream.name, error ? 'failure' : 'response', (performance.now() - sent) / 1000)
       if (error) this.fail(rt, req, res, forwardingFailure(error, req, upstream), outcome)
-    })
+    }, outcome.cors)
     return undefined
   }
 
@@ -220,7 +252,7 @@ export class GatewayPipeline {
     // A body we did not read must not be read now (it may be 50 MB): close the connection instead; and a
     // client that spoke another HTTP version gets nothing more on this one.
     renderError(res, failure, rt.realm, (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported,
-      outcome.resourceMetadata)
+      outcome.resourceMetadata, rt.cors === null ? undefined : refusalCors(rt.cors, req, outcome.cors))
   }
 
   private logUpgradeFailure(rt: GatewayRuntime, req: IncomingMessage, failure: GatewayError): void {

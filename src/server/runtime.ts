@@ -18,11 +18,14 @@ import { compileRules } from '../rules/compile.js'
 import { compileClaimPlan, type ClaimPlan } from '../claims/plan.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
 import type { CompiledRule } from '../rules/compile.js'
+import { compileCorsRuntime, type CorsRuntime } from '../cors/policy.js'
 
 export interface GatewayRuntime {
   readonly rules: readonly CompiledRule[]
   /** RFC 9728 metadata documents by path (issue 18); null when no resource is configured. */
   readonly resourceMetadata: ReadonlyMap<string, CompiledResource> | null
+  /** CORS (issue 18); null when no `cors` is configured anywhere: then the pipeline does nothing about it. */
+  readonly cors: CorsRuntime | null
   readonly authenticator: Authenticator
   readonly upstreams: ReadonlyMap<string, Upstream>
   readonly headerPolicy: HeaderPolicy
@@ -80,6 +83,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
   return {
     rules,
     resourceMetadata: byMetadataPath.size > 0 ? byMetadataPath : null,
+    cors: compileCorsRuntime(config, rules),
     authenticator,
     upstreams,
     headerPolicy: createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer }),
