@@ -59,6 +59,23 @@ describe('the default config and the README sessions', () => {
     expect((await echo(gateway, tokens.body.access_token as string)).status).toBe(200)
   })
 
+  it("the demo SPA's origin may call the API: its preflight is answered by the gateway, its 401 is readable", async () => {
+    const preflight = await fetch(`${gateway.url}/api/orders/42`, { method: 'OPTIONS', headers: {
+      origin: 'http://127.0.0.1:3000', 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization',
+    } })
+    expect(preflight.status).toBe(204)
+    expect(preflight.headers.get('access-control-allow-origin')).toBe('http://127.0.0.1:3000')
+    expect(preflight.headers.get('access-control-allow-headers')?.toLowerCase()).toContain('authorization')
+    const anonymous = await fetch(`${gateway.url}/api/orders/42`, { headers: { origin: 'http://127.0.0.1:3000' } })
+    expect(anonymous.status).toBe(401)
+    expect(anonymous.headers.get('access-control-allow-origin')).toBe('http://127.0.0.1:3000')
+    expect(anonymous.headers.get('access-control-expose-headers')).toContain('WWW-Authenticate')
+    const elsewhere = await fetch(`${gateway.url}/api/orders/42`, { method: 'OPTIONS', headers: {
+      origin: 'http://127.0.0.1:4000', 'access-control-request-method': 'GET' } })
+    expect(elsewhere.status).toBe(403)
+    expect(elsewhere.headers.get('access-control-allow-origin')).toBeNull()
+  })
+
   it('demo-spa: authorization code + PKCE for the user demo, on a loopback callback of any port', async () => {
     const verifier = 'readme-verifier-0123456789-abcdefghijklmnopqrstuv'
     const query = new URLSearchParams({
