@@ -276,6 +276,10 @@ const CORS_ORIGIN = 'https://app.example.com'
 const corsYaml = (port) => `${jwtYaml(port)}
 cors: { allowed_origins: ["${CORS_ORIGIN}"] }
 `
+/** (d) on a route of an RFC 9728 resource (issue 18): the token's `aud` checked against the resource's. */
+const resourceYaml = (port) => `${jwtYaml(port)}
+resources: [ { resource: "http://127.0.0.1:${port}", routes: [items], audience: [${AUDIENCE}] } ]
+`
 const PREFLIGHT = { origin: CORS_ORIGIN, 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' }
 const opaqueYaml = (port) => proxyYaml(port, `
 issuers:
@@ -428,6 +432,14 @@ const SCENARIOS = [
         `expected 200 with the CORS headers, got ${res.status} ${JSON.stringify(res.headers)}`)
     },
     load: () => ({ options: { headers: { ...bearer(ctx.hotToken), origin: CORS_ORIGIN } } }) },
+  { id: 'd-resource', label: '(d) on a route of an RFC 9728 resource (issue 18)', kind: 'proxy', newFeature: true, start: portcullisProxy('d-resource', resourceYaml),
+    async gate(t) {
+      await proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' })
+      const res = await request(t.url)
+      expect(res.status === 401 && /resource_metadata="http:\/\/127\.0\.0\.1:\d+\/\.well-known\/oauth-protected-resource"/.test(res.headers['www-authenticate'] ?? ''),
+        `expected 401 with resource_metadata, got ${res.status} ${res.headers['www-authenticate']}`)
+    },
+    load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
   { id: 'preflight', label: '(d) config, a CORS preflight answered by the gateway (issue 18)', kind: 'proxy', newFeature: true, start: portcullisProxy('preflight', corsYaml),
     async gate(t) {
       const res = await request(t.url, { method: 'OPTIONS', headers: PREFLIGHT })
@@ -707,6 +719,7 @@ const p99Difference = paired('d@2000', 'b@2000', 'p99', (x, y) => x - y)
 const hitOverCold = paired('d', 'e-es256')
 const claimsCost = paired('d-claims', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 const corsCost = paired('d-cors', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
+const resourceCost = paired('d-resource', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 
 const cpuModel = readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1] ?? 'unknown CPU'
 const git = (...args) => spawnSync('git', args, { cwd: root, encoding: 'utf8' }).stdout?.trim()
@@ -737,6 +750,7 @@ out(`Fixed-rate rows: ${FIXED_RATE} req/s spread evenly over ${PROXY_CONNECTIONS
 if (p99Difference !== undefined) out(`p99 (d) − p99 (b) at ${FIXED_RATE} req/s, paired median: ${p99Difference >= 0 ? '+' : ''}${p99Difference.toFixed(2)} ms.`)
 if (hitOverCold !== undefined) out(`JWT cache hit (d) over cold ES256 (e), paired: ${times(hitOverCold)}.`)
 if (claimsCost !== undefined) out(`Claim conditions and headers (d-claims) over (d), CPU per request, paired median: ${claimsCost >= 0 ? '+' : ''}${claimsCost.toFixed(1)} µs.`)
+if (resourceCost !== undefined) out(`A route of an RFC 9728 resource (d-resource) over (d), CPU per request, paired median: ${resourceCost >= 0 ? '+' : ''}${resourceCost.toFixed(1)} µs.`)
 if (corsCost !== undefined) out(`CORS headers for an allowed Origin (d-cors) over (d), CPU per request, paired median: ${corsCost >= 0 ? '+' : ''}${corsCost.toFixed(1)} µs.`)
 const saturated = selected.filter((s) => summary[s.id].cpu1Busy >= 95).map((s) => s.id)
 if (saturated.length > 0) out(`CPU 1 (load generator) was saturated in ${saturated.join(', ')}: those rows are a lower bound.`)
