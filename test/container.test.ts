@@ -267,9 +267,10 @@ describe('the Dockerfile', () => {
 })
 
 describe('config/docker.yaml', () => {
-  it('is config/portcullis.yaml with the listeners on 0.0.0.0 and the store on the volume', () => {
+  it('is config/portcullis.yaml with the listeners on 0.0.0.0, its public URL said, and the store on the volume', () => {
     const expected = parse(readFileSync('config/portcullis.yaml', 'utf8')) as typeof DOCKER_CONFIG
     expected.server.listen = '0.0.0.0:8080'
+    Object.assign(expected.server, { public_url: 'http://127.0.0.1:8080' })
     expected.admin = { listen: '0.0.0.0:9090' }
     expected.authorization_server.store.path = '/var/lib/portcullis/portcullis.db'
     expect(DOCKER_CONFIG).toEqual(expected)

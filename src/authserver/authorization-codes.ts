@@ -9,6 +9,7 @@ import { InvalidRequest, InvalidScope, UnauthorizedClient } from '../errors/oaut
 import type { RegisteredClient } from './clients.js'
 import type { AuthServerContext } from './context.js'
 import { challengeIsWellFormed } from './pkce.js'
+import { requestedResources } from './resource.js'
 import { randomToken } from './tokens.js'
 
 /** What a code is bound to (A-12): stored under the code's hash, never beside the code itself. */
@@ -19,6 +20,11 @@ export interface AuthorizationCodeRecord {
   /** Whether the authorization request carried redirect_uri; the token request must then repeat it (AC-05). */
   readonly redirectUriWasSent: boolean
   readonly scope: readonly string[]
+  /**
+   * RFC 8707 §2.1: the resources the authorization request named, which the grant is for; absent when it
+   * named none (the configured `access_token.audience`). The token request may narrow them (§2.2).
+   */
+  readonly resource?: readonly string[]
   readonly sub: string
   /** Seconds since the epoch: when the user authenticated. */
   readonly authTime: number
@@ -53,12 +59,15 @@ export async function issueAuthorizationCode(ctx: AuthServerContext, request: Is
     if (codeChallengeMethod !== 'S256') throw new InvalidRequest('code_challenge_method must be S256')
     if (!challengeIsWellFormed(codeChallenge)) throw new InvalidRequest('malformed code_challenge')
   }
+  // A resource the configuration dropped while the user was logging in (a restart) is refused as at /authorize.
+  const resource = requestedResources(request.resource ?? [], ctx.settings.resourceIndicators)
   const issuedAt = Math.floor(ctx.now() / 1000)
   const record: AuthorizationCodeRecord = {
     clientId: client.clientId,
     redirectUri: request.redirectUri,
     redirectUriWasSent: request.redirectUriWasSent,
     scope: [...request.scope],
+    ...(resource !== undefined && { resource }),
     sub: request.sub,
     authTime: request.authTime,
     ...(request.nonce !== undefined && { nonce: request.nonce }),

@@ -39,6 +39,8 @@ export interface DeviceCodeRecord {
   readonly id: string
   readonly clientId: string
   readonly scope: readonly string[]
+  /** RFC 8707: the resources the device asked for (the grant's); absent when it named none. */
+  readonly resource?: readonly string[]
   /** As shown, `XXXX-XXXX`. */
   readonly userCode: string
   readonly status: DeviceCodeStatus
@@ -57,7 +59,9 @@ export interface DeviceCodeRecord {
   readonly grantId?: string
 }
 
-interface StoredRequest { id: string; clientId: string; scope: string[]; userCode: string; expiresAt: number; interval: number }
+interface StoredRequest {
+  id: string; clientId: string; scope: string[]; resource?: string[]; userCode: string; expiresAt: number; interval: number
+}
 interface StoredDecision { status: 'approved' | 'denied'; sub?: string; authTime?: number }
 interface StoredPoll { interval: number; lastPollAt?: number; grantId?: string }
 
@@ -93,9 +97,12 @@ export function normalizeUserCode(input: string): string | undefined {
   return `${upper.slice(0, 4)}-${upper.slice(4)}`
 }
 
-/** A new device_code and user code for the client (DA-02); only the device_code's hash is stored. */
-export async function createDeviceCode(ctx: AuthServerContext, clientId: string, scope: readonly string[]):
-  Promise<{ deviceCode: string; userCode: string; expiresIn: number; interval: number }> {
+/**
+ * A new device_code and user code for the client (DA-02), for `scope` and the RFC 8707 `resource`s named
+ * (already checked); only the device_code's hash is stored.
+ */
+export async function createDeviceCode(ctx: AuthServerContext, clientId: string, scope: readonly string[],
+  resource?: readonly string[]): Promise<{ deviceCode: string; userCode: string; expiresIn: number; interval: number }> {
   // DA-03: unique among unexpired codes. 20^8 makes a clash rare; a few draws make it vanishing.
   let userCode: string | undefined
   for (let attempt = 0; attempt < 5 && userCode === undefined; attempt++) {
@@ -106,7 +113,10 @@ export async function createDeviceCode(ctx: AuthServerContext, clientId: string,
   const deviceCode = randomToken(DEVICE_CODE_PREFIX)
   const id = tokenHash(deviceCode)
   const expiresAt = Math.floor(ctx.now() / 1000) + DEVICE_CODE_TTL_SECONDS
-  const request: StoredRequest = { id, clientId, scope: [...scope], userCode, expiresAt, interval: POLL_INTERVAL_SECONDS }
+  const request: StoredRequest = {
+    id, clientId, scope: [...scope], ...(resource !== undefined && { resource: [...resource] }), userCode, expiresAt,
+    interval: POLL_INTERVAL_SECONDS,
+  }
   await ctx.store.upsert('device_code', id, { ...request }, remainingSeconds(ctx, expiresAt))
   return { deviceCode, userCode, expiresIn: DEVICE_CODE_TTL_SECONDS, interval: POLL_INTERVAL_SECONDS }
 }
@@ -122,6 +132,7 @@ export async function findDeviceCode(ctx: AuthServerContext, deviceCode: string)
     id,
     clientId: request.clientId,
     scope: request.scope,
+    ...(request.resource !== undefined && { resource: request.resource }),
     userCode: request.userCode,
     status: decision?.status ?? 'pending',
     ...(decision?.sub !== undefined && { sub: decision.sub }),
@@ -160,11 +171,17 @@ async function openRequest(ctx: AuthServerContext, input: string): Promise<Store
   return found
 }
 
-/** For the /device consent page: the client and scope behind a user code, or undefined when it cannot be used (DV-03). */
+/**
+ * For the /device consent page: the client, scope and resources behind a user code, or undefined when it
+ * cannot be used (DV-03).
+ */
 export async function findUserCode(ctx: AuthServerContext, input: string):
-  Promise<{ userCode: string; clientId: string; scope: readonly string[] } | undefined> {
+  Promise<{ userCode: string; clientId: string; scope: readonly string[]; resource?: readonly string[] } | undefined> {
   const request = await openRequest(ctx, input)
-  return request && { userCode: request.userCode, clientId: request.clientId, scope: request.scope }
+  return request && {
+    userCode: request.userCode, clientId: request.clientId, scope: request.scope,
+    ...(request.resource !== undefined && { resource: request.resource }),
+  }
 }
 
 async function decide(ctx: AuthServerContext, input: string, decision: StoredDecision): Promise<boolean> {

@@ -71,6 +71,8 @@ function principalOf(record: StoredAccessToken, issuer: string): Principal {
     scopes: record.scope === '' ? [] : record.scope.split(' '),
     expiresAt: record.exp,
     jti: record.jti,
+    // RFC 8707: what the token was issued for, so resource routes read it as they read a JWT's aud (issue 18).
+    ...(Array.isArray(record.aud) && { audience: record.aud }),
   }
 }
 
@@ -180,10 +182,13 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       ...registerLogin(scope, ctx),
       ...registerConsent(scope, ctx),
       ...registerDevicePage(scope, ctx),
-      ...registerMetadata(scope, ctx, { implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo', 'id_token',
-        ...(settings.grantTypes.has('authorization_code') ? ['authorization'] : []),
-        ...(settings.grantTypes.has(DEVICE_CODE_GRANT_TYPE) ? ['device_authorization'] : []),
-        ...[...settings.grantTypes].filter((grant) => IMPLEMENTED_GRANTS.has(grant)).map((grant) => `grant:${grant}`)]) }),
+      ...registerMetadata(scope, ctx, {
+        implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo', 'id_token',
+          ...(settings.grantTypes.has('authorization_code') ? ['authorization'] : []),
+          ...(settings.grantTypes.has(DEVICE_CODE_GRANT_TYPE) ? ['device_authorization'] : []),
+          ...[...settings.grantTypes].filter((grant) => IMPLEMENTED_GRANTS.has(grant)).map((grant) => `grant:${grant}`)]),
+        protectedResources: options.resources ?? [],
+      }),
     )
   })
 

@@ -1,5 +1,5 @@
 /** RFC 6749 §3.3 scope parameters: syntax, and what may be granted. */
-import { InvalidScope, InvalidTarget } from '../errors/oauth-errors.js'
+import { InvalidScope } from '../errors/oauth-errors.js'
 
 const SCOPE = /^[\x21\x23-\x5b\x5d-\x7e]+( [\x21\x23-\x5b\x5d-\x7e]+)*$/
 
@@ -20,17 +20,4 @@ export function grantScope(requested: string | undefined, allowed: Iterable<stri
   const refused = scopes.filter((scope) => !permitted.has(scope))
   if (refused.length > 0) throw new InvalidScope(`not permitted: ${refused.join(' ')}`)
   return scopes
-}
-
-/**
- * RFC 8707 resource indicators (checklist AT-03): the access token's `aud` is the requested resources,
- * each of which must be one of `allowed`, or `fallback` (the configured audience) when none is named.
- */
-export function requestedAudience(body: unknown, allowed: readonly string[], fallback: readonly string[]): readonly string[] {
-  const raw = (body as Record<string, unknown> | null | undefined)?.resource
-  const resources = (Array.isArray(raw) ? raw : raw === undefined ? [] : [raw]).filter((value) => value !== '')
-  if (resources.length === 0) return fallback
-  const unknown = resources.filter((value) => typeof value !== 'string' || !allowed.includes(value))
-  if (unknown.length > 0) throw new InvalidTarget(`unknown resource ${unknown.map(String).join(' ')}`)
-  return [...new Set(resources as string[])]
 }

@@ -30,6 +30,11 @@ export interface GrantRecord {
   /** Seconds since the epoch: no token of the grant outlives this. */
   readonly expiresAt: number
   readonly authTime?: number
+  /**
+   * RFC 8707: the resources the grant was authorized for, which its access tokens may narrow but never
+   * widen (resource.ts). Absent: the configured `access_token.audience`, whatever it is at the time.
+   */
+  readonly resource?: readonly string[]
 }
 
 /** What issuing a token reads of its grant: everything but createdAt (a refresh token's record holds all of it). */
@@ -57,6 +62,8 @@ export interface StoredRefreshToken {
   readonly scope: readonly string[]
   readonly grantExpiresAt: number
   readonly authTime?: number
+  /** The resources of the grant, kept whole however the access tokens were narrowed (RFC 8707 §2.2). */
+  readonly resource?: readonly string[]
   readonly [member: string]: unknown
 }
 
@@ -105,8 +112,9 @@ export class TokenService {
    * Starts a grant (a refresh family) for a user or client. A grant that can never be refreshed
    * (client_credentials) lives only as long as its access token, so the store does not keep it for 30 days.
    */
-  async startGrant(client: RegisteredClient, sub: string, scope: readonly string[], authTime?: number,
-    refreshable = true): Promise<GrantRecord> {
+  async startGrant(client: RegisteredClient, sub: string, scope: readonly string[],
+    options: { authTime?: number | undefined; refreshable?: boolean; resource?: readonly string[] | undefined } = {}): Promise<GrantRecord> {
+    const { authTime, refreshable = true, resource } = options
     const createdAt = this.nowSeconds()
     const lifetime = refreshable ? this.settings.refreshTokenTtlSeconds : this.settings.accessTokenTtlSeconds
     const grant: GrantRecord = {
@@ -117,6 +125,7 @@ export class TokenService {
       createdAt,
       expiresAt: createdAt + lifetime,
       ...(authTime !== undefined && { authTime }),
+      ...(resource !== undefined && { resource: [...resource] }),
     }
     // Only a refreshable grant is looked up later; a client_credentials grant is never stored (one write less).
     if (refreshable) await this.store.upsert('grant', grant.grantId, { ...grant }, lifetime)
@@ -189,6 +198,7 @@ export class TokenService {
     const record: StoredRefreshToken = {
       grantId: grant.grantId, clientId: grant.clientId, sub: grant.sub, scope: grant.scope, grantExpiresAt: grant.expiresAt,
       ...(grant.authTime !== undefined && { authTime: grant.authTime }),
+      ...(grant.resource !== undefined && { resource: [...grant.resource] }),
     }
     return { token, write: { kind: 'refresh_token', id: tokenHash(token), value: { ...record }, expiresInSeconds: Math.max(1, ttl) } }
   }

@@ -74,6 +74,7 @@ export async function sendCode(ctx: AuthServerContext, reply: FastifyReply, meth
     redirectUri: request.redirectUri,
     redirectUriWasSent: request.redirectUriWasSent,
     scope: request.scope,
+    ...(request.resource !== undefined && { resource: request.resource }),
     sub: session.user.sub,
     authTime: session.authTime,
     ...(request.nonce !== undefined && { nonce: request.nonce }),
@@ -101,7 +102,8 @@ export async function continueAuthorization(ctx: AuthServerContext, reply: Fasti
     if (none) return sendErrorRedirect(ctx, reply, method, request, new LoginRequired())
     return sendRedirect(reply, method, pageUrl(ctx, 'login', await start()))
   }
-  const remembered = !request.prompt.includes('consent') && await hasConsent(ctx, session.user.sub, request.clientId, request.scope)
+  const remembered = !request.prompt.includes('consent')
+    && await hasConsent(ctx, session.user.sub, request.clientId, request.scope, request.resource)
   if (!remembered) {
     if (none) return sendErrorRedirect(ctx, reply, method, request, new ConsentRequired())
     return sendRedirect(reply, method, pageUrl(ctx, 'consent', await start()))

@@ -18,6 +18,8 @@ export interface AuthorizationRequest {
   readonly redirectUriWasSent: boolean
   readonly state?: string
   readonly scope: readonly string[]
+  /** RFC 8707 §2.1: the resources named, each a configured one; absent when none was. */
+  readonly resource?: readonly string[]
   readonly nonce?: string
   readonly codeChallenge?: string
   readonly codeChallengeMethod?: 'S256'

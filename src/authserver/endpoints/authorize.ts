@@ -18,6 +18,7 @@ import { matchRedirectUri } from '../browser/redirect-uri.js'
 import { readSession } from '../browser/session.js'
 import type { AuthServerContext } from '../context.js'
 import { isForm } from '../http.js'
+import { requestedResources } from '../resource.js'
 import { grantScope } from '../scope.js'
 
 /** Parameters as sent: every value of every name, so a repeated one can be refused (RFC 6749 §3.1). */
@@ -80,6 +81,8 @@ function validate(ctx: AuthServerContext, params: Parameters, clientId: string, 
   // The seed: state is always used against CSRF; a client may opt out (require_state: false).
   if (state === undefined && client.requireState) throw new InvalidRequest('state is required')
   const scope = grantScope(one(params, 'scope'), client.scopes)
+  // RFC 8707 §2.1: repeatable (G-06); each must be configured, exactly, or it is invalid_target.
+  const resource = requestedResources(params.get('resource') ?? [], ctx.settings.resourceIndicators)
   // PKCE (A-08, PK-01, PK-06): S256 only; a challenge without a method would be plain (RFC 7636 §4.3).
   const codeChallenge = one(params, 'code_challenge')
   const method = one(params, 'code_challenge_method')
@@ -105,6 +108,7 @@ function validate(ctx: AuthServerContext, params: Parameters, clientId: string, 
     redirectUriWasSent: wasSent,
     ...(state !== undefined && { state }),
     scope,
+    ...(resource !== undefined && { resource }),
     ...(nonce !== undefined && { nonce }),
     ...(codeChallenge !== undefined && { codeChallenge, codeChallengeMethod: 'S256' as const }),
     ...(maxAgeText !== undefined && { maxAge: Number(maxAgeText) }),

@@ -30,6 +30,12 @@ export function scopeList(scope: readonly string[]): SafeHtml {
   return html`<ul>${scope.map((item) => html`<li>${SCOPE_TEXT[item] ?? item}${SCOPE_TEXT[item] === undefined ? '' : html` <small>(${item})</small>`}</li>`)}</ul>`
 }
 
+/** Where the tokens will be used, when the request named RFC 8707 resources (the device page shows it too). */
+export function resourceLine(resource: readonly string[] | undefined): SafeHtml {
+  if (resource === undefined) return html``
+  return html`<p>For use at: ${resource.map((item, index) => html`${index > 0 ? ', ' : ''}<strong>${item}</strong>`)}</p>`
+}
+
 function sendConsentPage(ctx: AuthServerContext, reply: FastifyReply, interactionId: string, request: AuthorizationRequest,
   session: BrowserSession): FastifyReply {
   const client = ctx.clients.find(request.clientId)
@@ -37,6 +43,7 @@ function sendConsentPage(ctx: AuthServerContext, reply: FastifyReply, interactio
   const body = html`<p>Signed in as <strong>${session.user.username}</strong>.</p>
 <p><strong>${name}</strong> would like to:</p>
 ${scopeList(request.scope)}
+${resourceLine(request.resource)}
 <form method="post" action="${ctx.settings.prefix}/consent">
 ${csrfField(reply.generateCsrf())}
 <input type="hidden" name="interaction" value="${interactionId}">
@@ -86,7 +93,7 @@ async function decide(ctx: AuthServerContext, request: FastifyRequest, reply: Fa
       return sendErrorRedirect(ctx, reply, 'POST', authorization, new AccessDenied('the user denied the request'))
     }
     const remembered = form.get('remember') === '1'
-    if (remembered) await rememberConsent(ctx, session.user.sub, authorization.clientId, authorization.scope)
+    if (remembered) await rememberConsent(ctx, session.user.sub, authorization.clientId, authorization.scope, authorization.resource)
     request.log.info({ clientId: authorization.clientId, sub: session.user.sub }, 'consent granted')
     ctx.audit.emit('consent.granted', { ...fields, remembered })
     return await sendCode(ctx, reply, 'POST', authorization, session)

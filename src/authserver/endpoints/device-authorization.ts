@@ -1,8 +1,8 @@
 /**
  * The device authorization endpoint (RFC 8628 §3.1, §3.2; checklist DA-01..DA-03): POST only, form body,
  * no credentials in the query, then client authentication (or a public client's client_id) → the
- * client's registration → the scope → a new device_code and user code. Errors as at the token endpoint;
- * every answer is no-store (G-04).
+ * client's registration → the scope → the RFC 8707 resources → a new device_code and user code. Errors as
+ * at the token endpoint; every answer is no-store (G-04).
  */
 import type { FastifyInstance } from 'fastify'
 import { UnauthorizedClient } from '../../errors/oauth-errors.js'
@@ -10,9 +10,10 @@ import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
 import { DEVICE_CODE_GRANT_TYPE, createDeviceCode } from '../device.js'
 import { formPostGuard, noStore, parseForm, refuseOtherMethods, sendOAuthError } from '../http.js'
+import { requestedResources, resourceParameters } from '../resource.js'
 import { grantScope } from '../scope.js'
 
-/** G-06: RFC 8707 allows several `resource` parameters (the token request's decide the audience). */
+/** G-06: RFC 8707 allows several `resource` parameters: the grant's; the poll may narrow them. */
 const REPEATABLE = new Set(['resource'])
 
 /** Mounts POST `${prefix}/device_authorization` (405 for other methods); returns its path. */
@@ -32,7 +33,8 @@ export function registerDeviceAuthorization(app: FastifyInstance, ctx: AuthServe
         throw new UnauthorizedClient(`client ${client.clientId} is not registered for the device_code grant`)
       }
       const scope = grantScope(form.get('scope'), client.scopes)
-      const issued = await createDeviceCode(ctx, client.clientId, scope)
+      const resource = requestedResources(resourceParameters(request.body), ctx.settings.resourceIndicators)
+      const issued = await createDeviceCode(ctx, client.clientId, scope, resource)
       const body = {
         device_code: issued.deviceCode,
         user_code: issued.userCode,

@@ -13,7 +13,7 @@ import { readSession, type BrowserSession } from '../browser/session.js'
 import type { AuthServerContext } from '../context.js'
 import { approveDeviceCode, denyDeviceCode, findUserCode, normalizeUserCode } from '../device.js'
 import { parseForm } from '../http.js'
-import { scopeList } from './consent.js'
+import { resourceLine, scopeList } from './consent.js'
 import { sendLoginPage } from './login.js'
 
 const MAX_INPUT = 64
@@ -83,6 +83,7 @@ async function submit(ctx: AuthServerContext, request: FastifyRequest, reply: Fa
     const body = html`<p>Signed in as <strong>${session.user.username}</strong>.</p>
 <p>The device showing <strong class="code">${found.userCode}</strong> wants to act as <strong>${name}</strong> and:</p>
 ${scopeList(found.scope)}
+${resourceLine(found.resource)}
 <p>Only continue if you started this on a device you own, and the code matches.</p>
 <form method="post" action="${ctx.settings.prefix}/device">
 ${csrfField(reply.generateCsrf())}

@@ -24,6 +24,11 @@ import { servePublicDocument } from './public-document.js'
  */
 export interface ImplementedEndpoints {
   readonly implemented: ReadonlySet<string>
+  /**
+   * The gateway's `resources[].resource` identifiers: RFC 9728 protected resources whose tokens this server
+   * issues (clients name them as RFC 8707 `resource`), listed as `protected_resources` (RFC 9728 §4).
+   */
+  readonly protectedResources?: readonly string[]
 }
 
 const TOKEN_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none']
@@ -31,7 +36,7 @@ const TOKEN_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none']
 /** RFC 8414 §2 (MD-04): an empty array is left out rather than sent. */
 const nonEmpty = (name: string, values: readonly unknown[]) => (values.length > 0 ? { [name]: values } : {})
 
-function metadataDocument(ctx: AuthServerContext, { implemented }: ImplementedEndpoints): Record<string, unknown> {
+function metadataDocument(ctx: AuthServerContext, { implemented, protectedResources = [] }: ImplementedEndpoints): Record<string, unknown> {
   const { settings } = ctx
   const has = (name: string) => implemented.has(name)
   // MD-04: every URL absolute, under the issuer's origin and path.
@@ -67,6 +72,8 @@ function metadataDocument(ctx: AuthServerContext, { implemented }: ImplementedEn
     // OIDC Discovery §3 (RECOMMENDED): the ID token's claims and the standard claims /userinfo releases.
     ...(has('id_token') && { claims_supported: claimsSupported() }),
     ...(authorization && { authorization_response_iss_parameter_supported: true }),
+    // RFC 9728 §4 (OPTIONAL). RFC 8414 has no member for `access_token.audience`, and RFC 8707 defines none.
+    ...nonEmpty('protected_resources', [...new Set(protectedResources)]),
   }
 }
 

@@ -11,7 +11,7 @@ import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
 import type { GrantHandler } from '../grants/grant.js'
 import type { StoredAccessToken, TokenResponseBody } from '../tokens.js'
-import { requestedAudience } from '../scope.js'
+import { requestedResources, resourceParameters } from '../resource.js'
 import { formPostGuard, noStore, parseForm, refuseOtherMethods, sendOAuthError } from '../http.js'
 
 /** RFC 8707 allows several `resource` parameters; every other repeated parameter is invalid_request (G-06). */
@@ -63,7 +63,8 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       if (!client.grantTypes.has(handler.grantType)) {
         throw new UnauthorizedClient(`client ${client.clientId} is not registered for ${handler.grantType}`)
       }
-      const audience = requestedAudience(request.body, ctx.settings.resourceIndicators, ctx.settings.audience)
+      // RFC 8707: every resource named must be one clients may ask for, whatever the grant then allows.
+      const audience = requestedResources(resourceParameters(request.body), ctx.settings.resourceIndicators)
       const body = await handler.handle({ form, client, ip: request.ip, audience, ctx })
       // client_id is a label only once authenticated: it is then one from the config, never made up.
       ctx.metrics.tokensIssued.inc({ grant_type: handler.grantType, client_id: client.clientId })

@@ -1,9 +1,9 @@
 /**
  * grant_type=authorization_code (checklist §3.1, §3.2). The steps run in the order AC-07 fixes: the token
  * endpoint has authenticated the client; then the code is looked up and its bindings checked (client,
- * PKCE, redirect_uri, user), and only then is it consumed. So a replay that would fail anyway (a wrong
- * verifier, another client) revokes nothing, while an otherwise valid second redemption revokes the
- * grant the first one started (AC-06), however close together the two arrive (AC-08).
+ * PKCE, redirect_uri, user, RFC 8707 resources), and only then is it consumed. So a replay that would fail
+ * anyway (a wrong verifier, another client) revokes nothing, while an otherwise valid second redemption
+ * revokes the grant the first one started (AC-06), however close together the two arrive (AC-08).
  */
 import { InvalidGrant, InvalidRequest } from '../../errors/oauth-errors.js'
 import {
@@ -13,6 +13,7 @@ import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
 import { withIdToken } from '../id-token.js'
 import { verifierIsWellFormed, verifyPkce } from '../pkce.js'
+import { audienceWithin } from '../resource.js'
 import { revokeGrant } from '../revoke-grant.js'
 import type { GrantHandler } from './grant.js'
 
@@ -64,7 +65,7 @@ async function refuseReplay(ctx: AuthServerContext, id: string, code: Authorizat
 export const authorizationCodeGrant: GrantHandler = {
   grantType: 'authorization_code',
   parameters: ['code', 'redirect_uri', 'code_verifier'],
-  async handle({ form, client, ip, audience, ctx }) {
+  async handle({ form, client, ip, audience: resource, ctx }) {
     const presented = form.get('code')
     if (presented === undefined) throw new InvalidRequest('code is required')  // AC-02
     const id = codeId(presented)
@@ -75,12 +76,17 @@ export const authorizationCodeGrant: GrantHandler = {
     checkPkce(code, form.get('code_verifier'), client)
     checkRedirectUri(code, form.get('redirect_uri'))
     if (!ctx.users.findBySub(code.sub)) throw new InvalidGrant('the user no longer exists')
+    // RFC 8707 §2.2: resources within those the code was issued for (invalid_target otherwise, and the code
+    // stays unused, as for the checks above); without any, all of them.
+    const audience = audienceWithin(ctx.settings, code.resource, resource)
     // AC-08: of concurrent redemptions the atomic consume lets exactly one through; the rest are replays.
     if (code.consumedAt !== undefined || !(await ctx.store.consume('authorization_code', id))) {
       return refuseReplay(ctx, id, code, ip)
     }
     const refreshable = client.grantTypes.has('refresh_token')
-    const grant = await ctx.tokens.startGrant(client, code.sub, code.scope, code.authTime, refreshable)
+    // The refresh token is bound to the whole grant, whatever this access token was narrowed to (RFC 8707 §2.2).
+    const grant = await ctx.tokens.startGrant(client, code.sub, code.scope,
+      { authTime: code.authTime, refreshable, resource: code.resource })
     await linkGrant(ctx, id, code, grant.grantId)
     // AC-09: a refresh token only for a client registered for refresh_token (respond checks), scope as
     // granted, and an ID token when that scope holds openid, with the authorization request's nonce (ID-03).

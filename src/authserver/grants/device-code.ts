@@ -12,6 +12,7 @@ import {
   DEVICE_CODE_GRANT_TYPE, SLOW_DOWN_STEP_SECONDS, findDeviceCode, linkGrant, recordPoll, redeemDeviceCode, type DeviceCodeRecord,
 } from '../device.js'
 import { withIdToken } from '../id-token.js'
+import { audienceWithin } from '../resource.js'
 import { revokeGrant } from '../revoke-grant.js'
 import type { TokenResponseBody } from '../tokens.js'
 import type { GrantHandler } from './grant.js'
@@ -37,7 +38,8 @@ async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: 
   if (record.sub === undefined || !ctx.users.findBySub(record.sub)) throw new InvalidGrant('the approving user no longer exists')
   // Of parallel polls, the atomic consume lets exactly one through.
   if (!(await redeemDeviceCode(ctx, record))) throw new InvalidGrant('device_code already being redeemed')
-  const grant = await ctx.tokens.startGrant(client, record.sub, record.scope, record.authTime, client.grantTypes.has('refresh_token'))
+  const grant = await ctx.tokens.startGrant(client, record.sub, record.scope,
+    { authTime: record.authTime, refreshable: client.grantTypes.has('refresh_token'), resource: record.resource })
   // ID-01: an ID token when openid was approved; auth_time is the approving login's, and there is no nonce.
   const body = await withIdToken(ctx, { client, grant, scope: record.scope },
     await ctx.tokens.respond(client, grant, record.scope, true, audience))
@@ -48,7 +50,7 @@ async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: 
 export const deviceCodeGrant: GrantHandler = {
   grantType: DEVICE_CODE_GRANT_TYPE,
   parameters: ['device_code'],
-  async handle({ form, client, audience, ctx }) {
+  async handle({ form, client, audience: resource, ctx }) {
     const deviceCode = form.get('device_code')
     if (deviceCode === undefined) throw new InvalidRequest('device_code is required')
     const record = await findDeviceCode(ctx, deviceCode)
@@ -57,6 +59,8 @@ export const deviceCodeGrant: GrantHandler = {
     if (record.clientId !== client.clientId) throw new InvalidGrant(`device_code of another client, presented by ${client.clientId}`)
     const now = ctx.now()
     if (record.expiresAt * 1000 <= now) throw new ExpiredToken()
+    // RFC 8707 §2.2, as for codes: the poll may narrow the resources asked for at /device_authorization.
+    const audience = audienceWithin(ctx.settings, record.resource, resource)
     if (record.status === 'denied') throw new AccessDenied()
     if (record.status === 'approved') return redeem(ctx, record, client, audience)
     // RFC 8628 §3.5: slow_down is a pending answer, and its longer interval holds for every later poll.

@@ -11,8 +11,12 @@ export interface GrantRequest {
   readonly client: RegisteredClient
   /** The caller's address, for throttling. */
   readonly ip: string
-  /** The access token's `aud`: the RFC 8707 resources requested, or the configured audience. */
-  readonly audience: readonly string[]
+  /**
+   * The audience the token request asks for: its RFC 8707 resources, each one a client may ask for
+   * (resource.ts), or undefined when it names none. The grant decides which it may have (a grant's own
+   * resources, RFC 8707 §2.2) and what `aud` is without them.
+   */
+  readonly audience?: readonly string[] | undefined
   readonly ctx: AuthServerContext
 }
 

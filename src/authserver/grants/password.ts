@@ -13,7 +13,7 @@ import type { GrantHandler } from './grant.js'
 export const passwordGrant: GrantHandler = {
   grantType: 'password',
   parameters: ['username', 'password', 'scope'],
-  async handle({ form, client, ip, audience, ctx }) {
+  async handle({ form, client, ip, audience: resource, ctx }) {
     // RFC 9700 §2.4: the resource owner hands its password to the client, so only our own clients may ask.
     if (!client.firstParty) throw new UnauthorizedClient(`client ${client.clientId} is not first-party`)
     const username = form.get('username')
@@ -28,9 +28,11 @@ export const passwordGrant: GrantHandler = {
       // One response for an unknown user and a wrong password (no enumeration); the log knows which key failed.
       throw new InvalidGrant(`wrong username or password for ${JSON.stringify(username.slice(0, 64))}`)
     }
-    // The user authenticated just now: that is the grant's auth_time.
-    const grant = await ctx.tokens.startGrant(client, user.sub, scope, Math.floor(ctx.now() / 1000))
+    // The user authenticated just now: that is the grant's auth_time. The resources named here are the
+    // grant's, which its refreshes may narrow (RFC 8707 §2.2); without any, the configured audience.
+    const grant = await ctx.tokens.startGrant(client, user.sub, scope, { authTime: Math.floor(ctx.now() / 1000), resource })
     // ID-01: an ID token when openid is granted, without nonce (there was no authorization request).
-    return withIdToken(ctx, { client, grant, scope }, await ctx.tokens.respond(client, grant, scope, true, audience))
+    return withIdToken(ctx, { client, grant, scope },
+      await ctx.tokens.respond(client, grant, scope, true, resource ?? ctx.settings.audience))
   },
 }

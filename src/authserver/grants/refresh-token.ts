@@ -1,7 +1,7 @@
 /**
  * grant_type=refresh_token (checklist §3.3): rotation on every use (RT-03), scope may narrow but never widen
- * and the new refresh token keeps the grant's scope (RT-06), the grant's absolute lifetime is never extended
- * (RT-08), and with openid still in scope a new ID token (RT-07).
+ * and the new refresh token keeps the grant's scope (RT-06), and so do RFC 8707 resources (§2.2), the grant's
+ * absolute lifetime is never extended (RT-08), and with openid still in scope a new ID token (RT-07).
  *
  * Reuse (RT-04, RT-05; RFC 9700 §4.14.2): a rotation is one atomic step of the store, the old token consumed
  * and the new tokens written together, so of parallel refreshes exactly one rotates and answers 200. Any
@@ -18,6 +18,7 @@ import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
 import { withIdToken } from '../id-token.js'
 import { openSuccessor, requestBinding, sealSuccessor } from '../refresh-successor.js'
+import { audienceWithin } from '../resource.js'
 import { revokeGrant } from '../revoke-grant.js'
 import { grantScope } from '../scope.js'
 import type { ArtifactWrite } from '../storage/adapter.js'
@@ -68,7 +69,7 @@ async function presentedAgain(request: Presentation, stored: FoundRefreshToken, 
 export const refreshTokenGrant: GrantHandler = {
   grantType: 'refresh_token',
   parameters: ['refresh_token', 'scope'],
-  async handle({ form, client, ip, audience, ctx }) {
+  async handle({ form, client, ip, audience: resource, ctx }) {
     const presented = form.get('refresh_token')
     if (presented === undefined) throw new InvalidRequest('refresh_token is required')
     const id = tokenHash(presented)
@@ -76,8 +77,10 @@ export const refreshTokenGrant: GrantHandler = {
     if (!stored) throw new InvalidGrant('unknown, expired or revoked refresh token')
     // RT-02: another client's refresh token says nothing about itself to this client.
     if (stored.clientId !== client.clientId) throw new InvalidGrant('refresh token of another client')
-    // RT-06, checked before anything is consumed: a refused scope leaves the refresh token usable.
+    // RT-06, checked before anything is consumed: a refused scope leaves the refresh token usable. So does a
+    // resource outside the grant's (RFC 8707 §2.2: invalid_target); without one, the grant's resources.
     const scope = grantScope(form.get('scope'), stored.scope)
+    const audience = audienceWithin(ctx.settings, stored.resource, resource)
     const request: Presentation = { ctx, client, presented, id, binding: requestBinding(scope, audience), ip }
     if (stored.consumedAt !== undefined) return presentedAgain(request, stored, stored.consumedAt)
     if (stored.grantExpiresAt <= Math.floor(ctx.now() / 1000)) throw new InvalidGrant('the grant has ended')
@@ -85,10 +88,11 @@ export const refreshTokenGrant: GrantHandler = {
     if (stored.sub !== client.clientId && !ctx.users.findBySub(stored.sub)) throw new InvalidGrant('the user no longer exists')
 
     // Everything the rotation hands out is made first, then stored in the step that consumes the old token.
-    // The new refresh token carries the grant's whole scope; only this access token is narrowed.
+    // The new refresh token carries the grant's whole scope and resources; only this access token is narrowed.
     const grant: TokenGrant = {
       grantId: stored.grantId, clientId: stored.clientId, sub: stored.sub, scope: stored.scope, expiresAt: stored.grantExpiresAt,
       ...(stored.authTime !== undefined && { authTime: stored.authTime }),
+      ...(stored.resource !== undefined && { resource: stored.resource }),
     }
     const access = ctx.tokens.mintAccessToken(grant, scope, audience)
     const refresh = ctx.tokens.mintRefreshToken(grant)
