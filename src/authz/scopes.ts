@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Principal } from '../authn/principal.js'
-import { unmetCondition } from '../claims/conditions.js'
+import { unmetCondition, type CompiledConditions, type RequestFacts } from '../claims/conditions.js'
 import type { CompiledRule } from '../rules/compile.js'
 import { ClaimsNotSatisfied, InsufficientScope, InvalidToken } from '../errors/oauth-errors.js'
 
@@ -26,21 +26,30 @@ export function requireScopes(principal: Principal, rule: CompiledRule): void {
   }
 }
 
+/** RFC 8707 / RFC 9728: on a resource's routes, only a token issued for that resource (401: it is the wrong token). */
+export function requireAudience(principal: Principal, rule: CompiledRule): void {
+  const resource = rule.resource
+  if (resource !== null && !audienceIncludes(principal.claims?.aud, resource.audiences)) {
+    throw new InvalidToken(`wrong_resource: aud is not ${resource.identifier}`, undefined, 'wrong_audience')
+  }
+}
+
+/** Claim conditions (issue 17): ClaimsNotSatisfied (403 access_denied) for the first that fails; `name` prefixes `any`'s label. */
+export function requireConditions(conditions: CompiledConditions, principal: Principal, request: RequestFacts, name = 'claims'): void {
+  const unmet = unmetCondition(conditions, principal.claims, request)
+  if (unmet === undefined) return
+  if (unmet === 'any') throw new ClaimsNotSatisfied(`${name}.any`, `${name}.any: none of ${conditions.any!.map((condition) => condition.text).join('; ')}`)
+  throw new ClaimsNotSatisfied(unmet.label, `${unmet.label}: ${unmet.text}`)
+}
+
 /**
  * The route's scopes (403 insufficient_scope), then its claim conditions (403 access_denied, issue 17), which
  * may read the request's path parameters (`segments`, canonical) and headers.
  */
 export function authorize(principal: Principal, rule: CompiledRule, headers: IncomingHttpHeaders, segments: readonly string[]): void {
-  // RFC 8707 / RFC 9728: on a resource's routes, only a token issued for that resource (401: it is the wrong token).
-  const resource = rule.resource
-  if (resource !== null && !audienceIncludes(principal.claims?.aud, resource.audiences)) {
-    throw new InvalidToken(`wrong_resource: aud is not ${resource.identifier}`, undefined, 'wrong_audience')
-  }
+  requireAudience(principal, rule)
   requireScopes(principal, rule)
   const claims = rule.claims
   if (claims === null) return
-  const unmet = unmetCondition(claims, principal.claims, { headers, segments })
-  if (unmet === undefined) return
-  if (unmet === 'any') throw new ClaimsNotSatisfied('claims.any', `claims.any: none of ${claims.any!.map((condition) => condition.text).join('; ')}`)
-  throw new ClaimsNotSatisfied(unmet.label, `${unmet.label}: ${unmet.text}`)
+  requireConditions(claims, principal, { headers, segments })
 }

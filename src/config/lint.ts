@@ -6,6 +6,7 @@ import { compileRules, type RuleProblem } from '../rules/compile.js'
 import { compileClaimPlan } from '../claims/plan.js'
 import { compileResources } from '../resources/metadata.js'
 import { lintCors } from '../cors/lint.js'
+import { lintMcp } from '../mcp/compile.js'
 import { authorizationServerWarnings, lintAuthorizationServer } from './lint-authserver.js'
 import { parseDuration, parseSize } from './units.js'
 
@@ -82,6 +83,8 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
   compileResources(config, problems)
   // Issue 18: CORS origins, patterns, credentials with `*`, max_age, route overrides.
   problems.push(...lintCors(config))
+  // Issue 19: MCP routes read their messages whole, within server.body_buffer_size.
+  problems.push(...lintMcp(config))
   if (!config.server?.allow_insecure_http) {
     for (const { path, host, exposes } of cleartextUrls(config)) {
       problems.push({ path, message: `uses http:// off loopback (${host}): ${exposes}; use https://, or set server.allow_insecure_http: true` })

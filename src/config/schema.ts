@@ -148,6 +148,14 @@ const RouteCorsObject = Strict({ ...CorsFields, upstream: Type.Optional(Type.Boo
 /** A route's `cors`: `false` (off), `true` (the top-level settings, as when absent) or overrides; no union noise. */
 const RouteCors = Type.Unsafe<boolean | Static<typeof RouteCorsObject>>({ ...RouteCorsObject, type: ['boolean', 'object'] })
 
+/** Issue 19 (src/mcp/): per-tool, per-prompt and per-method rules of an MCP server's route; names checked by lint. */
+const McpRule = Strict({ scopes: Type.Optional(Scopes), claims: Type.Optional(ClaimConditions) })
+const McpRules = Strict({
+  tools: Type.Optional(Type.Record(Type.String(), McpRule)),
+  prompts: Type.Optional(Type.Record(Type.String(), McpRule)),
+  methods: Type.Optional(Type.Record(Type.String(), McpRule)),
+})
+
 const Route = Strict({
   id: Type.String({ pattern: '^[A-Za-z0-9_.:-]+$', 'x-message': 'must be letters, digits and _ . : -' }),
   path: Type.String({ pattern: '^/', 'x-message': 'must start with /' }),
@@ -159,6 +167,7 @@ const Route = Strict({
   claim_headers: Type.Optional(ClaimHeaders),
   max_body_size: Type.Optional(Size),
   cors: Type.Optional(RouteCors),
+  mcp: Type.Optional(McpRules),
 })
 
 /** RFC 9728 (issue 18): a protected resource, its identifier and the routes that are it. */
@@ -292,6 +301,8 @@ export const GatewayConfigSchema = Strict({
 
 export type GatewayConfig = Static<typeof GatewayConfigSchema>
 export type RouteConfig = Static<typeof Route>
+export type McpConfig = Static<typeof McpRules>
+export type McpRuleConfig = Static<typeof McpRule>
 export type IssuerConfig = Static<typeof Issuer>
 export type UpstreamConfig = Static<typeof Upstream>
 export type ForwardConfig = Static<typeof Forward>

@@ -12,6 +12,7 @@ import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../c
 import type { ClaimPath } from '../claims/path.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
 import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js'
+import { compileMcp, mcpClaimPaths, type CompiledMcp } from '../mcp/compile.js'
 import { pathProblem } from './normalize.js'
 import { canonicalSegment } from './segments.js'
 
@@ -42,6 +43,8 @@ export interface CompiledRule {
   readonly maxBodySize: number
   /** CORS for the requests this route serves (issue 18): null when off (no `cors` anywhere, or `cors: false`). */
   readonly cors: CorsPolicy | null
+  /** `mcp:` (issue 19): rules by tool, prompt and method for the route's POSTs; null when the route has none. */
+  readonly mcp: CompiledMcp | null
 }
 
 export type RuleProblem = ConditionProblem
@@ -188,6 +191,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       scopesAny: route.scopes?.any ?? null,
       maxBodySize: route.max_body_size ? parseSize(route.max_body_size) : defaultMaxBody,
       cors: compileCorsPolicy(config.cors, route.cors, route.methods ? new Set(route.methods) : null),
+      mcp: compileMcp(route.mcp, [...at, 'mcp'], auth, compiled.params, problems),
     })
   })
   rules.sort(compareRules)
@@ -219,5 +223,6 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
 
 /** Every claim path the routes read (conditions and claim headers). */
 export function routeClaimPaths(rules: readonly CompiledRule[]): ClaimPath[] {
-  return rules.flatMap((rule) => [...conditionPaths(rule.claims ?? undefined), ...(rule.claimHeaders ?? []).map((header) => header.path)])
+  return rules.flatMap((rule) => [...conditionPaths(rule.claims ?? undefined), ...(rule.claimHeaders ?? []).map((header) => header.path),
+    ...mcpClaimPaths(rule.mcp)])
 }

@@ -8,7 +8,7 @@ import type { Duplex, Readable } from 'node:stream'
 import { randomUUID } from 'node:crypto'
 import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
 import type { Principal } from '../authn/principal.js'
-import { authorize } from '../authz/scopes.js'
+import { authorize, requireAudience } from '../authz/scopes.js'
 import {
   ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, HttpVersionNotSupported, MalformedRequest, MethodNotAllowed, MissingToken,
   InsufficientScope, NoMatchingRoute, RequestTooLarge, ServerError, TemporarilyUnavailable,
@@ -23,6 +23,8 @@ import { allowedMethods, matchSplitRule } from '../rules/match.js'
 import { splitPath } from '../rules/segments.js'
 import { splitRequestTarget } from '../rules/normalize.js'
 import { hasBody, requestBody } from './request-body.js'
+import { authorizedMcpBody } from '../mcp/request.js'
+import type { CompiledMcp } from '../mcp/compile.js'
 import { corsAnswer, type CorsAnswer } from '../cors/policy.js'
 import { answerPreflight, isPreflight } from '../cors/preflight.js'
 import { refusalCors } from '../cors/response.js'
@@ -75,10 +77,11 @@ function matchOrThrow(rules: readonly CompiledRule[], method: string, path: stri
 /**
  * RFC 6750 §2.1 header only; a token in the query or the form body as well is invalid_request (§3.1).
  * Synchronous on a verified-JWT cache hit (the hot path awaits nothing), a promise otherwise; throws or
- * rejects with the error to answer.
+ * rejects with the error to answer. `check` authorizes the token: the route's rules, or on an MCP POST only
+ * its audience (the rest is checked once the message is read, src/mcp/).
  */
 function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, query: string,
-  segments: readonly string[]): Principal | undefined | Promise<Principal> {
+  segments: readonly string[], check: typeof authorize = authorize): Principal | undefined | Promise<Principal> {
   if (rule.auth === 'none') return undefined
   rejectQueryToken(query)
   const token = extractBearerToken(req, rt.maxTokenSize)
@@ -87,8 +90,8 @@ function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRu
     throw new MissingToken()
   }
   const found = rt.authenticator.authenticate(token)
-  if (found instanceof Promise) return found.then((principal) => { authorize(principal, rule, req.headers, segments); return principal })
-  authorize(found, rule, req.headers, segments)
+  if (found instanceof Promise) return found.then((principal) => { check(principal, rule, req.headers, segments); return principal })
+  check(found, rule, req.headers, segments)
   return found
 }
 
@@ -187,6 +190,7 @@ export class GatewayPipeline {
     if (rule.resource !== null) outcome.resourceMetadata = rule.resource.metadataUrl
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
     if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
+    if (rule.mcp !== null && (req.method === 'POST' || hasBody(req))) return this.serveMcp(rt, req, res, outcome, rule, rule.mcp, path, query, segments)
     const found = authenticate(rt, req, rule, query, segments)
     if (found instanceof Promise || hasBody(req)) return this.serveLater(rt, req, res, outcome, rule, path, query, found)
     return this.forward(rt, req, res, outcome, rule, path, query, found, null)
@@ -210,6 +214,18 @@ export class GatewayPipeline {
     const rule = matchOrThrow(rt.rules, req.method ?? 'GET', path, segments)
     if (origin !== undefined && outcome.cors === undefined) outcome.cors = corsAnswer(rule.cors, origin, req.method)
     return this.serveRoute(rt, req, res, outcome, rule, path, query, segments)
+  }
+
+  /**
+   * `serveRoute` for a POST (or any request with a body) on an MCP route (issue 19, src/mcp/): the token is
+   * validated (and its audience checked), then the JSON-RPC message read and authorized with the route's
+   * rules and its tool's at once.
+   */
+  private async serveMcp(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
+    mcp: CompiledMcp, path: string, query: string, segments: readonly string[]): Promise<void> {
+    const principal = await authenticate(rt, req, rule, query, segments, requireAudience)
+    const body = await authorizedMcpBody(req, res, rule, mcp, principal, rt.bodyPolicy, segments)
+    return this.forward(rt, req, res, outcome, rule, path, query, principal, body)
   }
 
   /** The rest of `serve` once the token has been validated and the body sized up. */

@@ -76,6 +76,16 @@ function streamRest(req: IncomingMessage, prefix: readonly Buffer[], limit: numb
   return req.pipe(meter)
 }
 
+/**
+ * A body read whole, at most `limit` bytes (RequestTooLarge past it; before any is read when the declared
+ * length says so): the messages of MCP routes (issue 19), which the gateway reads before they are forwarded.
+ */
+export async function readWholeBody(req: IncomingMessage, limit: number, policy: BodyPolicy): Promise<Buffer> {
+  const length = req.headers['content-length']
+  if (length !== undefined && !(Number(length) <= limit)) throw new RequestTooLarge(limit)
+  return Buffer.concat((await readPrefix(req, limit, limit, policy)).chunks)
+}
+
 /** The request body as the upstream gets it: buffered (small bodies, forms that may carry a token) or streamed. */
 export async function requestBody(req: IncomingMessage, rule: CompiledRule, policy: BodyPolicy): Promise<Readable | Buffer | null> {
   if (!hasBody(req)) return null
