@@ -310,7 +310,7 @@ describe('metrics on the admin listener', () => {
       sha256: (value) => /^[0-9a-f]{64}$/.test(value),
       le: (value) => value === '+Inf' || Number.isFinite(Number(value)),
       // portcullis_authorization_denials_total: the rule that failed, named by its place in the config.
-      condition: (value) => /^(scopes\.(all|any)|claims\.any|claims\.all\[\d+\])$/.test(value),
+      condition: (value) => /^(mcp\.(tools|prompts|methods)\.[^\s"]+\.)?(scopes\.(all|any)|claims\.any|claims\.all\[\d+\])$/.test(value),
     }
     const code = (value: string) => /^[A-Za-z_]{0,40}$/.test(value)
     for (const { name, label, value } of labelValues(scraped)) {
