@@ -109,6 +109,9 @@ describe('the MCP SDK client through the gateway', () => {
     const provider = new TestProvider('mcp-app')
     const { client } = await connect(provider, 'mcp:read')
     expect(claimsOf(provider.saved!.access_token).aud).toBe(`${base}/mcp`)
+    // The resource's metadata names the tools' scopes too (what a client may ask for up front).
+    const metadata = await (await fetch(`${base}/.well-known/oauth-protected-resource/mcp`)).json() as { scopes_supported: string[] }
+    expect(metadata.scopes_supported).toEqual(['mcp:read', 'mcp:admin'])
     expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual(['count', 'delete_order', 'echo'])
     expect(text(await client.callTool({ name: 'echo', arguments: { text: 'hello' } }))).toBe('hello')
     expect(mcp.authorizations.every((value) => value === undefined)).toBe(true)

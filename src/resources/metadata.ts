@@ -65,12 +65,16 @@ function defaultAuthorizationServers(config: GatewayConfig): string[] {
   return servers
 }
 
-/** The scopes the resource's routes ask for, each once, in route order. */
+/** The scopes the resource's routes ask for (their MCP tools', prompts' and methods' too), each once, in route order. */
 function routeScopes(config: GatewayConfig, routeIds: readonly string[]): string[] {
   const scopes = new Set<string>()
+  const add = (rule: { scopes?: { all?: string[]; any?: string[] } } | undefined) => {
+    for (const scope of [...(rule?.scopes?.all ?? []), ...(rule?.scopes?.any ?? [])]) scopes.add(scope)
+  }
   for (const route of config.routes) {
     if (!routeIds.includes(route.id)) continue
-    for (const scope of [...(route.scopes?.all ?? []), ...(route.scopes?.any ?? [])]) scopes.add(scope)
+    add(route)
+    for (const group of [route.mcp?.tools, route.mcp?.prompts, route.mcp?.methods]) for (const rule of Object.values(group ?? {})) add(rule)
   }
   return [...scopes]
 }
