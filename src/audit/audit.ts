@@ -98,8 +98,22 @@ export interface AuditEvents {
   }
   'device_code.approved': DecisionFields
   'device_code.denied': DecisionFields
+  /** Issue 19: a client registered itself at /register (RFC 7591); never its secret or registration access token. */
+  'client.registered': RequestFields & {
+    readonly client_id: string
+    /** As the client named itself (unverified). */
+    readonly client_name?: string
+    readonly token_endpoint_auth_method: string
+    readonly grant_types: readonly string[]
+    readonly redirect_uris: readonly string[]
+    readonly scope: string
+    readonly software_id?: string
+    readonly software_version?: string
+  }
+  /** A registration was deleted with its registration access token (RFC 7592 §2.3). */
+  'client.registration_deleted': RequestFields & { readonly client_id: string }
   'throttle.engaged': {
-    /** `failures` (client authentication, password grant, login), `user-codes` (/device), `interactions`. */
+    /** `failures` (client authentication, password grant, login), `user-codes` (/device), `interactions`, `registrations`. */
     readonly throttle: string
     /** `client:<id>`, `ip:<address>`, `user:<name>` or `session:<sha-256 of the cookie>`. */
     readonly key: string

@@ -266,9 +266,9 @@ describe('authenticateClient', async () => {
     const registry = new ClientRegistry([confidentialBasic])
     let verifications = 0
     const counting = new Proxy(registry, {
-      get: (target, name) => (name === 'find'
-        ? (id: string) => {
-          const client = target.find(id)
+      get: (target, name) => (name === 'lookup'
+        ? async (id: string) => {
+          const client = await target.lookup(id)
           return client && { ...client, verifySecret: (secret: string) => { verifications++; return client.verifySecret(secret) } }
         }
         : Reflect.get(target, name)),

@@ -95,7 +95,8 @@ interface Refusal {
 async function verifyClient(presented: PresentedCredentials, ctx: AuthServerContext): Promise<RegisteredClient | Refusal> {
   const { clientId, clientSecret, usedAuthorizationHeader: header } = presented
   const refuse = (reason: FailureReason, detail: string, challenge = header): Refusal => ({ reason, error: new InvalidClient(challenge, detail) })
-  const client = ctx.clients.find(clientId)
+  // The YAML's clients, then registrations in the store (issue 19): an unknown id reads the store as a registered one does.
+  const client = await ctx.clients.lookup(clientId)
   if (!client) {
     // Issue 16: one scrypt, as a wrong secret of a known client costs, so timing does not list the client_ids.
     if (clientSecret !== undefined) await ctx.clients.verifyUnknown(clientSecret)
@@ -138,7 +139,11 @@ export async function authenticateClient(request: FastifyRequest, form: Form, ct
   // allowance; given back when it verifies (only this attempt's points: no success clears earlier failures).
   const verified = await verifyThrottled(ctx.throttle, [`client:${presented.clientId}`, ipKey],
     () => verifyClient(presented, ctx), (outcome) => !('reason' in outcome))
-  if (!('reason' in verified)) return verified
+  if (!('reason' in verified)) {
+    // A registered client that authenticated is in use: it no longer expires unused.
+    await verified.dynamic?.recordUse()
+    return verified
+  }
   audit(verified.reason, presented)
   throw verified.error
 }

@@ -1,9 +1,14 @@
-/** Registered clients, from the YAML: looked up by client_id, secrets only ever compared in constant time. */
+/**
+ * Registered clients: from the YAML, and (issue 19) from RFC 7591 registrations in the store. Looked up by
+ * client_id, the YAML first; secrets only ever compared in constant time.
+ */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
+import { LRUCache } from 'lru-cache'
 import type { ClientConfig, GrantType } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { hashSecret, verifySecret } from '../crypto/secret-hash.js'
 import type { SigningAlgorithm } from './context.js'
+import type { ClientMetadata } from './registration/policy.js'
 
 export type ClientAuthMethod = 'client_secret_basic' | 'client_secret_post' | 'none'
 
@@ -24,6 +29,16 @@ export interface RegisteredClient {
   readonly idTokenAlg: SigningAlgorithm
   /** Compares a presented secret with the registered one (plain from ${ENV}, or an scrypt hash). */
   verifySecret(secret: string): Promise<boolean>
+  /** Set for a client that registered itself (RFC 7591): its name is its own claim, never verified. */
+  readonly dynamic?: {
+    /** Records that the client was used (it then outlives `registration.unused_expiry`); once, then a no-op. */
+    recordUse(): Promise<void>
+  }
+}
+
+/** Where dynamically registered clients come from (registration/registrations.ts). */
+export interface DynamicClientSource {
+  client(clientId: string): Promise<RegisteredClient | undefined>
 }
 
 const sha256 = (value: string) => createHash('sha256').update(value).digest()
@@ -41,6 +56,11 @@ let decoy: Promise<string> | undefined
  */
 function decoyHash(): Promise<string> {
   return (decoy ??= hashSecret(randomBytes(32).toString('base64url')))
+}
+
+async function verifyAgainstDecoy(secret: string): Promise<false> {
+  await verifySecret(secret, await decoyHash())
+  return false
 }
 
 function register(config: ClientConfig): RegisteredClient {
@@ -79,19 +99,62 @@ function register(config: ClientConfig): RegisteredClient {
   }
 }
 
+/** SHA-256 digests of secrets that verified, by the registration's scrypt hash: the clients themselves are read per request. */
+const verifiedDynamicSecrets = new LRUCache<string, Buffer>({ max: 10_000 })
+
+/** A client that registered itself, from its stored registration: public, or with an scrypt-hashed secret. */
+export function dynamicClient(clientId: string, metadata: ClientMetadata, secretHash: string | undefined,
+  recordUse: () => Promise<void>): RegisteredClient {
+  const confidential = metadata.token_endpoint_auth_method !== 'none'
+  return {
+    clientId,
+    name: metadata.client_name ?? clientId,
+    authMethod: metadata.token_endpoint_auth_method,
+    confidential,
+    grantTypes: new Set(metadata.grant_types),
+    scopes: new Set(metadata.scope === '' ? [] : metadata.scope.split(' ')),
+    redirectUris: metadata.redirect_uris,
+    requireState: true,
+    // PKCE S256 for every registered client, confidential ones included (PK-06 with no opt-out).
+    requirePkce: true,
+    firstParty: false,
+    idTokenAlg: metadata.id_token_signed_response_alg ?? 'RS256',
+    verifySecret: async (secret) => {
+      if (!confidential || secretHash === undefined) return verifyAgainstDecoy(secret)
+      const digest = sha256(secret)
+      const verified = verifiedDynamicSecrets.get(secretHash)
+      if (verified !== undefined && timingSafeEqual(digest, verified)) return true
+      const ok = await verifySecret(secret, secretHash)
+      if (ok) verifiedDynamicSecrets.set(secretHash, digest)
+      return ok
+    },
+    dynamic: { recordUse },
+  }
+}
+
 export class ClientRegistry {
   private readonly clients: ReadonlyMap<string, RegisteredClient>
-  constructor(configs: readonly ClientConfig[]) {
+  /** @param dynamic the registrations in the store, when `registration.enabled` */
+  constructor(configs: readonly ClientConfig[], private readonly dynamic?: DynamicClientSource) {
     this.clients = new Map(configs.map((config) => [config.client_id, register(config)]))
   }
   /** What a secret presented with an unknown client_id costs: what a wrong one of a registered client does. Always false. */
   async verifyUnknown(secret: string): Promise<false> {
-    await verifySecret(secret, await decoyHash())
-    return false
+    return verifyAgainstDecoy(secret)
   }
+  /** A client of the YAML only (synchronous); everything that serves a request uses {@link lookup}. */
   find(clientId: string): RegisteredClient | undefined {
     return this.clients.get(clientId)
   }
+  /** Whether the YAML defines this client_id: a registration can never take one. */
+  isConfigured(clientId: string): boolean {
+    return this.clients.has(clientId)
+  }
+  /** The YAML's client (which wins any clash), else a registration in the store; throws when the store fails. */
+  async lookup(clientId: string): Promise<RegisteredClient | undefined> {
+    return this.clients.get(clientId) ?? await this.dynamic?.client(clientId)
+  }
+  /** The YAML's clients (metadata lists their scopes). */
   all(): RegisteredClient[] {
     return [...this.clients.values()]
   }

@@ -20,12 +20,14 @@ import { registerIntrospection } from './endpoints/introspect.js'
 import { DEVICE_CODE_GRANT_TYPE } from './device.js'
 import { registerJwks } from './endpoints/jwks.js'
 import { registerMetadata } from './endpoints/metadata.js'
+import { registerRegistration } from './endpoints/register.js'
 import { registerRevocation } from './endpoints/revoke.js'
 import { registerTokenEndpoint } from './endpoints/token.js'
 import { registerUserinfo } from './endpoints/userinfo.js'
 import { createGrantMap } from './grants/index.js'
 import { sendOAuthError } from './http.js'
 import { KeyManager, keyRetirementSeconds } from './keys.js'
+import { Registrations } from './registration/registrations.js'
 import { RevocationList } from './revocations.js'
 import { resolveSettings } from './settings.js'
 import { openStore } from './store.js'
@@ -134,12 +136,17 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   const audit = options.audit ?? silentAudit
   const onEngaged: ThrottleEngaged = ({ throttle, key, retryAfterSeconds }) =>
     audit.emit('throttle.engaged', { throttle, key, retry_after: retryAfterSeconds })
+  const users = new UserDirectory(config.users ?? [])
+  const configuredIds = new Set((config.clients ?? []).map((client) => client.client_id))
+  // Issue 19: a registration never takes a YAML client_id, nor a user's sub (client_credentials tokens carry sub = client_id).
+  const registrations = settings.registration && new Registrations(store, settings.registration, now,
+    (id) => configuredIds.has(id) || users.findBySub(id) !== undefined)
   const ctx: AuthServerContext = {
     settings,
     store,
     keys,
-    clients: new ClientRegistry(config.clients ?? []),
-    users: new UserDirectory(config.users ?? []),
+    clients: new ClientRegistry(config.clients ?? [], registrations),
+    users,
     tokens: new TokenService(settings, keys, store, now),
     revocations,
     throttle: createThrottle(settings, limiter, 'failures', onEngaged),
@@ -164,8 +171,8 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       cookieOpts: cookieOptions(ctx),
       getToken: (request) => (request.body as Record<string, unknown> | undefined)?._csrf as string | undefined,
     })
-    // G-12: browser apps may call the token, revocation and userinfo endpoints cross-origin; never the pages.
-    const corsPaths = new Set([`${settings.prefix}/token`, `${settings.prefix}/revoke`, `${settings.prefix}/userinfo`])
+    // G-12: browser apps may call the token, revocation, userinfo and registration endpoints cross-origin; never the pages.
+    const corsPaths = new Set([`${settings.prefix}/token`, `${settings.prefix}/revoke`, `${settings.prefix}/userinfo`, `${settings.prefix}/register`])
     scope.addHook('onSend', async (request, reply) => {
       if (corsPaths.has(request.routeOptions.url ?? '')) {
         reply.header('access-control-allow-origin', '*').header('access-control-expose-headers', 'www-authenticate, retry-after')
@@ -182,8 +189,16 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       ...registerLogin(scope, ctx),
       ...registerConsent(scope, ctx),
       ...registerDevicePage(scope, ctx),
+      ...(registrations ? registerRegistration(scope, ctx, {
+        registrations,
+        throttle: createThrottle({
+          failuresPerClient: settings.registration!.registrationsPerWindow, failuresPerIp: settings.registration!.registrationsPerWindow,
+          throttleWindowSeconds: settings.registration!.windowSeconds,
+        }, limiter, 'registrations', onEngaged),
+      }) : []),
       ...registerMetadata(scope, ctx, {
         implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo', 'id_token',
+          ...(registrations ? ['registration'] : []),
           ...(settings.grantTypes.has('authorization_code') ? ['authorization'] : []),
           ...(settings.grantTypes.has(DEVICE_CODE_GRANT_TYPE) ? ['device_authorization'] : []),
           ...[...settings.grantTypes].filter((grant) => IMPLEMENTED_GRANTS.has(grant)).map((grant) => `grant:${grant}`)]),

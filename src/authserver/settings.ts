@@ -2,6 +2,7 @@
 import type { AuthorizationServerConfig, GrantType } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { KeyEncryptionKey } from './key-encryption.js'
+import { resolveRegistration, type RegistrationSettings } from './registration/policy.js'
 
 export interface AuthServerSettings {
   /** Byte-identical everywhere it appears (checklist G-01). */
@@ -39,14 +40,17 @@ export interface AuthServerSettings {
   readonly failuresPerClient: number
   readonly failuresPerIp: number
   readonly throttleWindowSeconds: number
-  /** Grants some client is registered for (metadata lists the ones implemented). */
+  /** Grants some client is registered for, or may register for (metadata lists the ones implemented). */
   readonly grantTypes: ReadonlySet<GrantType>
+  /** `registration` (RFC 7591, RFC 7592): set when enabled. */
+  readonly registration?: RegistrationSettings
 }
 
 /** @param resources the gateway's `resources[].resource` identifiers (RFC 9728), which clients may ask for too */
 export function resolveSettings(config: AuthorizationServerConfig, resources: readonly string[] = []): AuthServerSettings {
   const issuer = config.issuer!
   const audience = config.access_token?.audience ?? [issuer]
+  const registration = resolveRegistration(config.registration)
   return {
     issuer,
     prefix: new URL(issuer).pathname.replace(/\/+$/, ''),
@@ -71,6 +75,7 @@ export function resolveSettings(config: AuthorizationServerConfig, resources: re
     failuresPerClient: config.throttling?.failures_per_client ?? 10,
     failuresPerIp: config.throttling?.failures_per_ip ?? 100,
     throttleWindowSeconds: parseDuration(config.throttling?.window ?? '1m') / 1000,
-    grantTypes: new Set((config.clients ?? []).flatMap((client) => client.grant_types)),
+    grantTypes: new Set([...(config.clients ?? []).flatMap((client) => client.grant_types), ...registration?.grantTypes ?? []]),
+    ...(registration !== undefined && { registration }),
   }
 }

@@ -100,14 +100,52 @@ function lintStore(store: AuthorizationServerConfig['store'], at: Array<string |
   }
 }
 
+/** Issue 19: `registration` (RFC 7591) settings that would hand out what no user approved, or that cannot work. */
+function lintRegistration(registration: AuthorizationServerConfig['registration'], at: Array<string | number>, problems: LintProblem[]): void {
+  if (!registration?.enabled) return
+  const policy = registration.policy ?? {}
+  const grants = new Set<string>(policy.grant_types ?? ['authorization_code', 'refresh_token'])
+  const grantsAt = [...at, 'policy', 'grant_types']
+  if (grants.has('client_credentials')) {
+    if (!(policy.client_types ?? ['public', 'confidential']).includes('confidential')) {
+      problems.push({ path: grantsAt, message: 'client_credentials needs confidential in policy.client_types (RFC 6749 §4.4)' })
+    }
+    if (registration.initial_access_token === undefined) {
+      problems.push({ path: grantsAt, message: 'client_credentials with open registration lets anyone obtain tokens no user approved: set initial_access_token' })
+    }
+  }
+  if (grants.has('refresh_token') && !grants.has('authorization_code') && !grants.has('urn:ietf:params:oauth:grant-type:device_code')) {
+    problems.push({ path: grantsAt, message: 'refresh_token needs a grant that issues refresh tokens (authorization_code or device_code)' })
+  }
+  // A registration must live long enough to be used at least once.
+  if (registration.unused_expiry !== undefined && parseDuration(registration.unused_expiry) < 60_000) {
+    problems.push({ path: [...at, 'unused_expiry'], message: 'must be at least 1m' })
+  }
+  if (registration.rate?.window !== undefined && parseDuration(registration.rate.window) < 1000) {
+    problems.push({ path: [...at, 'rate', 'window'], message: 'must be at least 1s' })
+  }
+}
+
 /** Insecure but legal `authorization_server` settings: part of configWarnings (logged at start, printed by `check`). */
 export function authorizationServerWarnings(config: GatewayConfig): string[] {
   const as = config.authorization_server
-  const type = as?.store?.type ?? 'sqlite'
+  if (!as?.enabled) return []
+  const warnings: string[] = []
+  const type = as.store?.type ?? 'sqlite'
   // A memory store keeps its keys in the process: nothing is at rest.
-  if (!as?.enabled || type === 'memory' || as.signing?.key_encryption_key !== undefined) return []
-  return [`authorization_server.signing.key_encryption_key is not set: the private signing keys are stored in clear in ${type === 'redis' ? 'Redis' : 'the SQLite file'}; ` +
-    'whoever reads it, or a backup of it, can sign tokens']
+  if (type !== 'memory' && as.signing?.key_encryption_key === undefined) {
+    warnings.push(`authorization_server.signing.key_encryption_key is not set: the private signing keys are stored in clear in ${type === 'redis' ? 'Redis' : 'the SQLite file'}; ` +
+      'whoever reads it, or a backup of it, can sign tokens')
+  }
+  const registration = as.registration
+  if (registration?.enabled && registration.initial_access_token === undefined) {
+    warnings.push(`authorization_server.registration is open (no initial_access_token): anyone who can reach ${as.issuer ?? '{issuer}'}/register can register a client ` +
+      '(each still needs a user\'s consent; registration.rate bounds registrations per address)')
+  }
+  if (registration?.enabled && (registration.policy?.scopes ?? []).length === 0) {
+    warnings.push('authorization_server.registration.policy.scopes is empty: registered clients can be given no scope')
+  }
+  return warnings
 }
 
 export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
@@ -121,6 +159,7 @@ export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
     problems.push({ path: [...base, 'issuer'], message: 'is also listed under issuers: the embedded issuer is trusted automatically' })
   }
   lintStore(as.store, [...base, 'store'], problems)
+  lintRegistration(as.registration, [...base, 'registration'], problems)
   // A-13, RFC 6749 §4.1.2: a code lives "a maximum of 10 minutes"; it is redeemed within seconds.
   const codeTtl = as.authorization_code?.ttl
   if (codeTtl !== undefined && (parseDuration(codeTtl) < 1000 || parseDuration(codeTtl) > 600_000)) {

@@ -264,6 +264,24 @@ const AuthorizationServer = Strict({
     failures_per_ip: Type.Optional(Type.Integer({ minimum: 1 })),
     window: Type.Optional(Duration),
   })),
+  // Issue 19: RFC 7591 dynamic client registration and RFC 7592 management (authserver/registration/); lint-authserver.ts.
+  registration: Type.Optional(Strict({
+    enabled: Type.Boolean(),
+    // Normally ${ENV}: required as a Bearer token on /register when set; without it registration is open.
+    initial_access_token: Type.Optional(Type.String({ minLength: 16 })),
+    policy: Type.Optional(Strict({
+      client_types: Type.Optional(Type.Array(StringEnum(['public', 'confidential'] as const), { minItems: 1 })),
+      redirect_uris: Type.Optional(Type.Array(StringEnum(['loopback', 'https', 'private_use'] as const), { minItems: 1 })),
+      grant_types: Type.Optional(Type.Array(StringEnum(['authorization_code', 'refresh_token', 'client_credentials',
+        'urn:ietf:params:oauth:grant-type:device_code'] as const, 'must be authorization_code, refresh_token, client_credentials or urn:ietf:params:oauth:grant-type:device_code'),
+      { minItems: 1 })),
+      scopes: Type.Optional(Type.Array(ScopeToken)),
+      max_redirect_uris: Type.Optional(Type.Integer({ minimum: 1, maximum: 100 })),
+      max_name_length: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })),
+    })),
+    unused_expiry: Type.Optional(Duration),
+    rate: Type.Optional(Strict({ registrations: Type.Optional(Type.Integer({ minimum: 1 })), window: Type.Optional(Duration) })),
+  })),
 })
 
 const Cache = Strict({

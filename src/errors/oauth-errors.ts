@@ -11,6 +11,8 @@ export type ErrorCode =
   | 'authorization_pending' | 'slow_down' | 'access_denied' | 'expired_token' | 'invalid_target'
   // RFC 6749 §4.1.2.1 and OIDC Core §3.1.2.6, answered by /authorize on the redirect
   | 'unsupported_response_type' | 'login_required' | 'consent_required' | 'request_not_supported' | 'request_uri_not_supported'
+  // RFC 7591 §3.2.2, answered by the embedded server's client registration endpoint
+  | 'invalid_redirect_uri' | 'invalid_client_metadata'
 
 export interface ErrorInternals {
   detail?: string
@@ -172,7 +174,9 @@ export class InvalidScope extends GatewayError {
 export class TooManyAttempts extends GatewayError {
   readonly code = 'temporarily_unavailable'
   readonly status = 429
-  constructor(readonly retryAfterSeconds: number, detail: string) { super('too many failed attempts; retry later', { detail }) }
+  constructor(readonly retryAfterSeconds: number, detail: string, description = 'too many failed attempts; retry later') {
+    super(description, { detail })
+  }
 }
 /** RFC 8707 §2: a `resource` the server does not issue tokens for. */
 export class InvalidTarget extends GatewayError {
@@ -235,4 +239,14 @@ export class RequestUriNotSupported extends GatewayError {
   readonly code = 'request_uri_not_supported'
   readonly status = 400
   constructor() { super('request_uri is not supported') }
+}
+
+// RFC 7591 §3.2.2: a refused client registration; the description says which field and why (no secret in it).
+export class InvalidRedirectUri extends GatewayError {
+  readonly code = 'invalid_redirect_uri'
+  readonly status = 400
+}
+export class InvalidClientMetadata extends GatewayError {
+  readonly code = 'invalid_client_metadata'
+  readonly status = 400
 }

@@ -9,7 +9,8 @@ import type { ArtifactKind, ArtifactRecord, StorageAdapter, StorageOptions } fro
 export type StorageFactory = (options: StorageOptions) => StorageAdapter | Promise<StorageAdapter>
 
 const T0 = Date.UTC(2030, 0, 1)
-const KINDS: readonly ArtifactKind[] = ['access_token', 'refresh_token', 'authorization_code', 'device_code', 'revoked_jti', 'signing_key', 'grant']
+const KINDS: readonly ArtifactKind[] = ['access_token', 'refresh_token', 'authorization_code', 'device_code', 'revoked_jti', 'signing_key', 'grant',
+  'registered_client']
 
 interface Opened {
   store: StorageAdapter
@@ -177,6 +178,27 @@ export function describeStorageContract(name: string, factory: StorageFactory): 
         advance(60_000)
         expect(await store.consumeAndWrite('refresh_token', 'r', successors(5))).toBe(false)
         for (const n of [1, 2, 3, 5]) expect(await store.find('refresh_token', `next-${n}`)).toBeUndefined()
+      })
+
+      it('may rewrite the artifact it consumes: the new value, unconsumed, with the new expiry, and never one destroyed first', async () => {
+        const { store, advance } = await open()
+        const used = (n: number) => [{ kind: 'registered_client' as const, id: 'dcr_1', value: { metadata: { n }, usedAt: n }, expiresInSeconds: 3_153_600_000 }]
+        await store.upsert('registered_client', 'dcr_1', { metadata: { n: 0 } }, 60)
+        expect(await store.consumeAndWrite('registered_client', 'dcr_1', used(1))).toBe(true)
+        expect(await store.find('registered_client', 'dcr_1')).toStrictEqual({ metadata: { n: 1 }, usedAt: 1 })
+        // Unconsumed: a second rewrite (another instance marking it used too) goes through as well.
+        expect(await store.consumeAndWrite('registered_client', 'dcr_1', used(2))).toBe(true)
+        advance(3600 * 24 * 365 * 1000)
+        expect(await store.find('registered_client', 'dcr_1')).toStrictEqual({ metadata: { n: 2 }, usedAt: 2 })
+        expect((await store.list('registered_client')).map((record) => record.id)).toStrictEqual(['dcr_1'])
+        await store.destroy('registered_client', 'dcr_1')
+        expect(await store.consumeAndWrite('registered_client', 'dcr_1', used(3))).toBe(false)
+        expect(await store.find('registered_client', 'dcr_1')).toBeUndefined()
+        await store.upsert('registered_client', 'dcr_2', { metadata: { n: 0 } }, 60)
+        advance(60_000)
+        expect(await store.consumeAndWrite('registered_client', 'dcr_2', used(4).map((write) => ({ ...write, id: 'dcr_2' })))).toBe(false)
+        expect(await store.purgeExpired()).toBe(1)
+        expect(await store.list('registered_client')).toStrictEqual([])
       })
     })
 

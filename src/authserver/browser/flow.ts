@@ -67,7 +67,7 @@ export function sendAnsweredPage(reply: FastifyReply): FastifyReply {
 /** Mints the code for the logged-in user and sends the success redirect. */
 export async function sendCode(ctx: AuthServerContext, reply: FastifyReply, method: string, request: AuthorizationRequest,
   session: BrowserSession): Promise<FastifyReply> {
-  const client = ctx.clients.find(request.clientId)
+  const client = await ctx.clients.lookup(request.clientId)
   if (!client) return sendErrorRedirect(ctx, reply, method, request, new ServerError(new Error('client removed during the interaction')))
   const code = await issueAuthorizationCode(ctx, {
     client,

@@ -15,7 +15,7 @@ export type RedirectUriMatch =
  * with no port or a port a socket can have: 1-65535, written without leading zeros (issue 16: `:99999`, `:0`
  * and `:05555` passed, and a client library may read them as another port or none).
  */
-function withoutLoopbackPort(uri: string): string | undefined {
+export function withoutLoopbackPort(uri: string): string | undefined {
   // A-04 [DECISION]: IP literals only; `localhost` may resolve elsewhere (RFC 8252 §8.3).
   const match = /^http:\/\/(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\])(?::([1-9]\d{0,4}))?([/?].*)?$/.exec(uri)
   if (!match || (match[2] !== undefined && Number(match[2]) > 65535)) return undefined

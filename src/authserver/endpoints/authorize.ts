@@ -13,9 +13,10 @@ import {
 import { challengeIsWellFormed } from '../pkce.js'
 import { continueAuthorization, sendErrorRedirect, type ResponseTarget } from '../browser/flow.js'
 import type { AuthorizationRequest } from '../browser/interaction.js'
-import { sendErrorPage, sendPage, html } from '../browser/page.js'
+import { pageErrorHandler, sendErrorPage, sendPage, html } from '../browser/page.js'
 import { matchRedirectUri } from '../browser/redirect-uri.js'
 import { readSession } from '../browser/session.js'
+import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
 import { isForm } from '../http.js'
 import { requestedResources } from '../resource.js'
@@ -66,9 +67,9 @@ function errorPage(reply: FastifyReply, message: string): FastifyReply {
 }
 
 /** Step 2: the rest of the request, checked in the order of A-08; throws what goes back to the client. */
-function validate(ctx: AuthServerContext, params: Parameters, clientId: string, redirectUri: string, wasSent: boolean,
+function validate(ctx: AuthServerContext, params: Parameters, client: RegisteredClient, redirectUri: string, wasSent: boolean,
   state: string | undefined): AuthorizationRequest {
-  const client = ctx.clients.find(clientId)!
+  const { clientId } = client
   if (params.has('request')) throw new RequestNotSupported()
   if (params.has('request_uri')) throw new RequestUriNotSupported()
   const responseType = one(params, 'response_type')
@@ -121,7 +122,13 @@ async function authorize(ctx: AuthServerContext, request: FastifyRequest, reply:
   // Step 1: pages only.
   const clientId = single(params, 'client_id')
   if (typeof clientId === 'object') return errorPage(reply, 'The client_id parameter is repeated')
-  const client = clientId === undefined ? undefined : ctx.clients.find(clientId)
+  let client: RegisteredClient | undefined
+  try {
+    client = clientId === undefined ? undefined : await ctx.clients.lookup(clientId)
+  } catch (error) {
+    // A registration could not be read (the store is down): nothing is known about this client yet, so a page.
+    return pageErrorHandler(error as FastifyError, request, reply)
+  }
   if (clientId === undefined || !client) return errorPage(reply, 'The application is not registered here')
   const presented = single(params, 'redirect_uri')
   if (typeof presented === 'object') return errorPage(reply, 'The redirect_uri parameter is repeated')
@@ -144,12 +151,14 @@ async function authorize(ctx: AuthServerContext, request: FastifyRequest, reply:
   try {
     if (typeof stateValue === 'object') throw new InvalidRequest('the parameter state is repeated')
     if (stateValue !== undefined && state === undefined) throw new InvalidRequest('state is too long')
-    validated = validate(ctx, params, clientId, redirect.redirectUri, redirect.wasSent, state)
+    validated = validate(ctx, params, client, redirect.redirectUri, redirect.wasSent, state)
   } catch (error) {
     return sendErrorRedirect(ctx, reply, request.method, target, error)
   }
   // Step 3.
   try {
+    // A registered client that sent a valid request is in use: it no longer expires unused.
+    await client.dynamic?.recordUse()
     return await continueAuthorization(ctx, reply, request.method, validated, await readSession(ctx, request), undefined)
   } catch (error) {
     return sendErrorRedirect(ctx, reply, request.method, target, error)

@@ -36,11 +36,26 @@ export function resourceLine(resource: readonly string[] | undefined): SafeHtml 
   return html`<p>For use at: ${resource.map((item, index) => html`${index > 0 ? ', ' : ''}<strong>${item}</strong>`)}</p>`
 }
 
-function sendConsentPage(ctx: AuthServerContext, reply: FastifyReply, interactionId: string, request: AuthorizationRequest,
-  session: BrowserSession): FastifyReply {
-  const client = ctx.clients.find(request.clientId)
+/** Where the answer goes, in words: for a client that registered itself, the one thing about it that is not its own claim. */
+function destination(redirectUri: string): string {
+  const url = new URL(redirectUri)
+  if (url.protocol === 'https:') return url.host
+  if (url.protocol === 'http:') return `an application on this computer (${url.host})`
+  return `an application on this device (${url.protocol})`
+}
+
+/** Issue 19: a dynamically registered client chose its own name (the device page shows this too). */
+export function unverifiedNotice(name: string, redirectUri?: string): SafeHtml {
+  return html`<p class="alert"><strong>${name}</strong> registered itself with this server: its name is not verified.
+Continue only if you started this from that application${redirectUri !== undefined && html`; it will receive the answer at <strong>${destination(redirectUri)}</strong>`}.</p>`
+}
+
+async function sendConsentPage(ctx: AuthServerContext, reply: FastifyReply, interactionId: string, request: AuthorizationRequest,
+  session: BrowserSession): Promise<FastifyReply> {
+  const client = await ctx.clients.lookup(request.clientId)
   const name = client?.name ?? request.clientId
   const body = html`<p>Signed in as <strong>${session.user.username}</strong>.</p>
+${client?.dynamic !== undefined && unverifiedNotice(name, request.redirectUri)}
 <p><strong>${name}</strong> would like to:</p>
 ${scopeList(request.scope)}
 ${resourceLine(request.resource)}

@@ -13,7 +13,7 @@ import { readSession, type BrowserSession } from '../browser/session.js'
 import type { AuthServerContext } from '../context.js'
 import { approveDeviceCode, denyDeviceCode, findUserCode, normalizeUserCode } from '../device.js'
 import { parseForm } from '../http.js'
-import { resourceLine, scopeList } from './consent.js'
+import { resourceLine, scopeList, unverifiedNotice } from './consent.js'
 import { sendLoginPage } from './login.js'
 
 const MAX_INPUT = 64
@@ -77,10 +77,11 @@ async function submit(ctx: AuthServerContext, request: FastifyRequest, reply: Fa
   }
   await attempt.release()
   if (decision === undefined) {
-    const client = ctx.clients.find(found.clientId)
+    const client = await ctx.clients.lookup(found.clientId)
     const name = client?.name ?? found.clientId
     // DV-01, DV-05: what the device asks for, and an explicit choice.
     const body = html`<p>Signed in as <strong>${session.user.username}</strong>.</p>
+${client?.dynamic !== undefined && unverifiedNotice(name)}
 <p>The device showing <strong class="code">${found.userCode}</strong> wants to act as <strong>${name}</strong> and:</p>
 ${scopeList(found.scope)}
 ${resourceLine(found.resource)}

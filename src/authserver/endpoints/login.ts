@@ -26,16 +26,16 @@ export interface LoginPageOptions {
 }
 
 /** Who the user is signing in for, in words. */
-function purpose(ctx: AuthServerContext, interaction: Interaction): string {
+async function purpose(ctx: AuthServerContext, interaction: Interaction): Promise<string> {
   if (interaction.kind === 'device') return 'Sign in to connect a device.'
-  const client = ctx.clients.find(interaction.request.clientId)
+  const client = await ctx.clients.lookup(interaction.request.clientId)
   return `Sign in to continue to ${client?.name ?? interaction.request.clientId}.`
 }
 
 /** The form; /device shows it too, for a visitor who is not logged in. */
-export function sendLoginPage(ctx: AuthServerContext, reply: FastifyReply, interactionId: string, interaction: Interaction,
-  options: LoginPageOptions = {}): FastifyReply {
-  const body = html`<p>${purpose(ctx, interaction)}</p>
+export async function sendLoginPage(ctx: AuthServerContext, reply: FastifyReply, interactionId: string, interaction: Interaction,
+  options: LoginPageOptions = {}): Promise<FastifyReply> {
+  const body = html`<p>${await purpose(ctx, interaction)}</p>
 ${options.error !== undefined && html`<p role="alert" class="alert" id="login-error">${options.error}</p>`}
 <form method="post" action="${ctx.settings.prefix}/login">
 ${csrfField(reply.generateCsrf())}

@@ -20,7 +20,9 @@ import { servePublicDocument } from './public-document.js'
  * - `device_authorization`: device_authorization_endpoint (RFC 8628);
  * - `id_token`: ID tokens are issued (OpenID Connect): id_token_signing_alg_values_supported, claims_supported;
  * - `grant:<grant_type>` (e.g. `grant:client_credentials`): that grant, in grant_types_supported; `password`
- *   is listed only if, besides, some client is registered for it (checklist PW-01).
+ *   is listed only if, besides, some client is registered for it (checklist PW-01);
+ * - `registration`: registration_endpoint (RFC 7591 §3; RFC 8414 §2), and the scopes clients may register
+ *   for in scopes_supported.
  */
 export interface ImplementedEndpoints {
   readonly implemented: ReadonlySet<string>
@@ -43,7 +45,8 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
   const base = new URL(settings.issuer).origin + settings.prefix
   const grants = GRANT_TYPES.filter((grant: GrantType) =>
     has(`grant:${grant}`) && (grant !== 'password' || settings.grantTypes.has('password')))
-  const scopes = [...new Set(ctx.clients.all().flatMap((client) => [...client.scopes]))]
+  const scopes = [...new Set([...ctx.clients.all().flatMap((client) => [...client.scopes]),
+    ...(has('registration') ? settings.registration?.scopes ?? [] : [])])]
   const authorization = has('authorization')
   return {
     // G-01 / MD-02: the configured string itself, byte for byte.
@@ -55,6 +58,7 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
     revocation_endpoint: `${base}/revoke`,
     introspection_endpoint: `${base}/introspect`,
     ...(has('device_authorization') && { device_authorization_endpoint: `${base}/device_authorization` }),
+    ...(has('registration') && { registration_endpoint: `${base}/register` }),
     ...nonEmpty('scopes_supported', scopes),
     ...(authorization && { response_types_supported: ['code'], response_modes_supported: ['query'] }),
     // Explicit: RFC 8414 §2 reads an absent member as ["authorization_code", "implicit"].

@@ -14,6 +14,9 @@ import type { StoredAccessToken, TokenResponseBody } from '../tokens.js'
 import { requestedResources, resourceParameters } from '../resource.js'
 import { formPostGuard, noStore, parseForm, refuseOtherMethods, sendOAuthError } from '../http.js'
 
+/** The `client_id` label of every dynamically registered client in portcullis_tokens_issued_total (docs/metrics.md). */
+const DYNAMIC_CLIENT_LABEL = '(dynamic)'
+
 /** RFC 8707 allows several `resource` parameters; every other repeated parameter is invalid_request (G-06). */
 const REPEATABLE = new Set(['resource'])
 
@@ -66,8 +69,9 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       // RFC 8707: every resource named must be one clients may ask for, whatever the grant then allows.
       const audience = requestedResources(resourceParameters(request.body), ctx.settings.resourceIndicators)
       const body = await handler.handle({ form, client, ip: request.ip, audience, ctx })
-      // client_id is a label only once authenticated: it is then one from the config, never made up.
-      ctx.metrics.tokensIssued.inc({ grant_type: handler.grantType, client_id: client.clientId })
+      // client_id is a label only once authenticated: it is then one from the config, never made up. Registered
+      // clients (issue 19) share one value: their ids are random and unbounded in number.
+      ctx.metrics.tokensIssued.inc({ grant_type: handler.grantType, client_id: client.dynamic ? DYNAMIC_CLIENT_LABEL : client.clientId })
       await auditIssued(ctx, request, handler.grantType, client.clientId, body)
       return noStore(reply).code(200).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))
     } catch (error) {

@@ -17,6 +17,7 @@ export type ArtifactKind =
   | 'interaction'         // id: SHA-256 of an interaction id; an authorization request waiting for login or consent
   | 'consent'             // id: sub + client_id; the scopes a user has agreed to give a client
   | 'refresh_successor'   // id: SHA-256 of a rotated-out refresh token; its rotation's response, sealed under that token (reuse grace)
+  | 'registered_client'   // id: client_id; an RFC 7591 registration (registration/registrations.ts), rewritten once when first used
 
 /** A stored value: any JSON object; `grantId` and `userCode` are indexed. */
 export interface StoredArtifact {
@@ -61,7 +62,9 @@ export interface StorageAdapter {
    * live and unconsumed and `requires` (if given) is live, marks it consumed and upserts `writes`; true.
    * Otherwise nothing changes; false. So nothing (a revocation of the grant) falls between the consume and
    * the writes. A rejection means nothing changed: the SQLite transaction rolls back, and the Redis adapter
-   * sends an undo after a consume whose reply did not come in time (redis.ts).
+   * sends an undo after a consume whose reply did not come in time (redis.ts). A write may name the consumed
+   * artifact itself: it then replaces it, unconsumed (an update of a live artifact only: a registration
+   * marked used can never bring back one deleted meanwhile).
    */
   consumeAndWrite(kind: ArtifactKind, id: string, writes: readonly ArtifactWrite[], requires?: { kind: ArtifactKind; id: string }): Promise<boolean>
   destroy(kind: ArtifactKind, id: string): Promise<void>

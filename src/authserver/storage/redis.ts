@@ -45,7 +45,7 @@ const LOCK_POLL_MS = 50
 /** Every kind, checked against ArtifactKind by the compiler: purgeExpired visits each index. */
 const KINDS = Object.keys({
   access_token: 1, refresh_token: 1, authorization_code: 1, device_code: 1, revoked_jti: 1, signing_key: 1, grant: 1,
-  session: 1, interaction: 1, consent: 1, refresh_successor: 1,
+  session: 1, interaction: 1, consent: 1, refresh_successor: 1, registered_client: 1,
 } satisfies Record<ArtifactKind, 1>) as ArtifactKind[]
 
 type Script = (...args: string[]) => Promise<unknown>
