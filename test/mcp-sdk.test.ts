@@ -3,7 +3,7 @@
  * Portcullis, and the SDK's own client and OAuth client provider connecting through the gateway: 401, RFC
  * 9728 resource and RFC 8414 server discovery, authorization code + PKCE with `resource` (login and consent
  * by the test user), tool calls, a streamed result, a 403 step-up for a tool that needs more scope, refresh,
- * and refusal after revocation. The client here is registered in the YAML (a pre-registered public client).
+ * and refusal after revocation; a client registered in the YAML, and one that registers itself (RFC 7591).
  */
 import { randomBytes } from 'node:crypto'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
@@ -26,12 +26,17 @@ class TestProvider implements OAuthClientProvider {
   verifier = ''
   /** Where the SDK last sent the user: the test signs in there. */
   authorizationUrl: URL | undefined
-  constructor(private readonly clientId: string) {}
+  /** Undefined: the SDK registers the client (RFC 7591) and saves what it got here. */
+  registered: OAuthClientInformationMixed | undefined
+  constructor(private readonly clientId?: string) {}
   get redirectUrl(): string { return CALLBACK }
   get clientMetadata(): OAuthClientMetadata {
     return { client_name: 'SDK test client', redirect_uris: [CALLBACK], grant_types: ['authorization_code', 'refresh_token'], token_endpoint_auth_method: 'none' }
   }
-  clientInformation(): OAuthClientInformationMixed { return { client_id: this.clientId } }
+  clientInformation(): OAuthClientInformationMixed | undefined {
+    return this.clientId !== undefined ? { client_id: this.clientId } : this.registered
+  }
+  saveClientInformation(information: OAuthClientInformationMixed): void { this.registered = information }
   /** RFC 6749 §10.12: the server requires state (require_state defaults to true). */
   state(): string { return randomBytes(16).toString('base64url') }
   tokens(): OAuthTokens | undefined { return this.saved }
@@ -50,6 +55,8 @@ beforeAll(async () => {
   const port = await closedPort()
   base = `http://127.0.0.1:${port}`
   gateway = await startAuthServerGateway({
+    // RFC 7591: clients nobody registered by hand register themselves (public, loopback callbacks, these scopes).
+    registration: { enabled: true, policy: { client_types: ['public'], redirect_uris: ['loopback'], scopes: ['mcp:read', 'mcp:admin'] } },
     clients: [{ client_id: 'mcp-app', token_endpoint_auth_method: 'none', grant_types: ['authorization_code', 'refresh_token'],
       redirect_uris: ['http://127.0.0.1/callback'], scopes: ['mcp:read', 'mcp:admin'] }],
     users: [ALICE],
@@ -115,6 +122,16 @@ describe('the MCP SDK client through the gateway', () => {
     expect((await client.listTools()).tools.map((tool) => tool.name).sort()).toEqual(['count', 'delete_order', 'echo'])
     expect(text(await client.callTool({ name: 'echo', arguments: { text: 'hello' } }))).toBe('hello')
     expect(mcp.authorizations.every((value) => value === undefined)).toBe(true)
+    await client.close()
+  })
+
+  it('a client nobody registered registers itself (RFC 7591) and then works as a registered one', async () => {
+    const provider = new TestProvider()
+    const { client } = await connect(provider, 'mcp:read')
+    const id = (provider.registered as { client_id: string }).client_id
+    expect(id).toMatch(/^dcr_/)
+    expect(claimsOf(provider.saved!.access_token)).toMatchObject({ aud: `${base}/mcp` })
+    expect(text(await client.callTool({ name: 'echo', arguments: { text: 'registered' } }))).toBe('registered')
     await client.close()
   })
 
