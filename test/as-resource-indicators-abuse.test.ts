@@ -13,6 +13,7 @@ import { approveDeviceCode } from '../src/authserver/device.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
 import { ALICE, R1, TV1, basic, type OAuthResponse } from './support/authserver.js'
 import { FormBrowser, field, responseParams } from './support/browser.js'
+import { twoResources } from './support/resources.js'
 import { closedPort } from './support/upstream.js'
 
 const insecure = { [oauth.allowInsecureRequests]: true } as const
@@ -34,7 +35,7 @@ interface Setup {
 async function start(context: TestContext): Promise<Setup> {
   const port = await closedPort()
   const origin = `http://127.0.0.1:${port}`
-  const [orders, billing] = [`${origin}/api`, `${origin}/billing`]
+  const { orders, billing, extra } = twoResources(origin)
   const scopes = ['orders:read']
   const gateway = await startAuthServerGateway({
     access_token: { audience: [DEFAULT_AUDIENCE] },
@@ -45,14 +46,7 @@ async function start(context: TestContext): Promise<Setup> {
       { ...APP, grant_types: ['password', 'refresh_token'], first_party: true, scopes },
     ],
     users: [ALICE],
-  }, {
-    server: { public_url: origin },
-    routes: [
-      { id: 'api', path: '/api/**', upstream: 'echo', auth: 'required' },
-      { id: 'billing', path: '/billing/**', upstream: 'echo', auth: 'required' },
-    ],
-    resources: [{ resource: orders, routes: ['api'] }, { resource: billing, routes: ['billing'] }],
-  }, { port })
+  }, extra, { port })
   context.onTestFinished(() => gateway.close())
   const issuer = new URL(gateway.issuer)
   const as = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { algorithm: 'oauth2', ...insecure }))

@@ -18,6 +18,7 @@ import { startAuthServerGateway, type RunningGateway } from './support/gateway.j
 import { ALICE, R1, basic, callApi, postForm } from './support/authserver.js'
 import { FormBrowser, loginAndConsent } from './support/browser.js'
 import { deleteKeys } from './support/redis.js'
+import { twoResources } from './support/resources.js'
 import { closedPort } from './support/upstream.js'
 
 const insecure = { [oauth.allowInsecureRequests]: true } as const
@@ -39,20 +40,13 @@ interface Setup {
 async function start(context: TestContext, authorizationServer: Record<string, unknown> = {}): Promise<Setup> {
   const port = await closedPort()
   const origin = `http://127.0.0.1:${port}`
-  const [orders, billing] = [`${origin}/api`, `${origin}/billing`]
+  const { orders, billing, extra } = twoResources(origin)
   const gateway = await startAuthServerGateway({
     access_token: { audience: [DEFAULT_AUDIENCE] },
     clients: [{ ...CONF, grant_types: ['authorization_code', 'refresh_token'], redirect_uris: [R1], scopes: ['orders:read', 'billing:read'] }],
     users: [ALICE],
     ...authorizationServer,
-  }, {
-    server: { public_url: origin },
-    routes: [
-      { id: 'api', path: '/api/**', upstream: 'echo', auth: 'required' },
-      { id: 'billing', path: '/billing/**', upstream: 'echo', auth: 'required' },
-    ],
-    resources: [{ resource: orders, routes: ['api'] }, { resource: billing, routes: ['billing'] }],
-  }, { port })
+  }, extra, { port })
   context.onTestFinished(() => gateway.close())
   const issuer = new URL(gateway.issuer)
   const as = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { algorithm: 'oauth2', ...insecure }))
