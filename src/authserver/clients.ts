@@ -34,9 +34,11 @@ export interface RegisteredClient {
     /** Records that the client was used (it then outlives `registration.unused_expiry`); once, then a no-op. */
     recordUse(): Promise<void>
   }
+  /** Set for a client described by its Client ID Metadata Document: identified by the document's host, nothing more. */
+  readonly metadataDocument?: { readonly host: string }
 }
 
-/** Where dynamically registered clients come from (registration/registrations.ts). */
+/** Where dynamically registered clients come from (registration/registrations.ts), and metadata documents (client-metadata/). */
 export interface DynamicClientSource {
   client(clientId: string): Promise<RegisteredClient | undefined>
 }
@@ -132,10 +134,42 @@ export function dynamicClient(clientId: string, metadata: ClientMetadata, secret
   }
 }
 
+/** What a Client ID Metadata Document says, as checked by client-metadata/documents.ts. */
+export interface MetadataDocumentClient {
+  readonly name: string | undefined
+  readonly host: string
+  readonly grantTypes: ReadonlyArray<'authorization_code' | 'refresh_token'>
+  readonly scopes: readonly string[]
+  readonly redirectUris: readonly string[]
+}
+
+/** A client described by its metadata document: always public, PKCE S256 and state required. */
+export function metadataDocumentClient(clientId: string, document: MetadataDocumentClient): RegisteredClient {
+  return {
+    clientId,
+    name: document.name ?? document.host,
+    authMethod: 'none',
+    confidential: false,
+    grantTypes: new Set(document.grantTypes),
+    scopes: new Set(document.scopes),
+    redirectUris: document.redirectUris,
+    requireState: true,
+    requirePkce: true,
+    firstParty: false,
+    idTokenAlg: 'RS256',
+    verifySecret: verifyAgainstDecoy,
+    metadataDocument: { host: document.host },
+  }
+}
+
 export class ClientRegistry {
   private readonly clients: ReadonlyMap<string, RegisteredClient>
-  /** @param dynamic the registrations in the store, when `registration.enabled` */
-  constructor(configs: readonly ClientConfig[], private readonly dynamic?: DynamicClientSource) {
+  /**
+   * @param dynamic the registrations in the store, when `registration.enabled`
+   * @param documents Client ID Metadata Documents, when `client_metadata_documents.enabled`: URL client_ids only
+   */
+  constructor(configs: readonly ClientConfig[], private readonly dynamic?: DynamicClientSource,
+    private readonly documents?: DynamicClientSource) {
     this.clients = new Map(configs.map((config) => [config.client_id, register(config)]))
   }
   /** What a secret presented with an unknown client_id costs: what a wrong one of a registered client does. Always false. */
@@ -150,9 +184,12 @@ export class ClientRegistry {
   isConfigured(clientId: string): boolean {
     return this.clients.has(clientId)
   }
-  /** The YAML's client (which wins any clash), else a registration in the store; throws when the store fails. */
+  /**
+   * The YAML's client (which wins any clash), else a registration in the store, else (a URL client_id) its
+   * metadata document; throws when the store fails, InvalidClient when the document does.
+   */
   async lookup(clientId: string): Promise<RegisteredClient | undefined> {
-    return this.clients.get(clientId) ?? await this.dynamic?.client(clientId)
+    return this.clients.get(clientId) ?? await this.dynamic?.client(clientId) ?? await this.documents?.client(clientId)
   }
   /** The YAML's clients (metadata lists their scopes). */
   all(): RegisteredClient[] {

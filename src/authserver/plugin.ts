@@ -28,6 +28,7 @@ import { createGrantMap } from './grants/index.js'
 import { sendOAuthError } from './http.js'
 import { KeyManager, keyRetirementSeconds } from './keys.js'
 import { Registrations } from './registration/registrations.js'
+import { ClientMetadataDocuments } from './client-metadata/documents.js'
 import { RevocationList } from './revocations.js'
 import { resolveSettings } from './settings.js'
 import { openStore } from './store.js'
@@ -141,11 +142,12 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   // Issue 19: a registration never takes a YAML client_id, nor a user's sub (client_credentials tokens carry sub = client_id).
   const registrations = settings.registration && new Registrations(store, settings.registration, now,
     (id) => configuredIds.has(id) || users.findBySub(id) !== undefined)
+  const documents = settings.clientMetadataDocuments && new ClientMetadataDocuments(settings.clientMetadataDocuments, now)
   const ctx: AuthServerContext = {
     settings,
     store,
     keys,
-    clients: new ClientRegistry(config.clients ?? [], registrations),
+    clients: new ClientRegistry(config.clients ?? [], registrations, documents),
     users,
     tokens: new TokenService(settings, keys, store, now),
     revocations,
@@ -199,6 +201,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       ...registerMetadata(scope, ctx, {
         implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo', 'id_token',
           ...(registrations ? ['registration'] : []),
+          ...(documents ? ['client_metadata_documents'] : []),
           ...(settings.grantTypes.has('authorization_code') ? ['authorization'] : []),
           ...(settings.grantTypes.has(DEVICE_CODE_GRANT_TYPE) ? ['device_authorization'] : []),
           ...[...settings.grantTypes].filter((grant) => IMPLEMENTED_GRANTS.has(grant)).map((grant) => `grant:${grant}`)]),
@@ -228,7 +231,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     embedded,
     close: async () => {
       keys.close()
-      await Promise.all([store.close(), shared?.close()])
+      await Promise.all([store.close(), shared?.close(), documents?.close()])
     },
   }
 }

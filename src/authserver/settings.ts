@@ -3,6 +3,7 @@ import type { AuthorizationServerConfig, GrantType } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { KeyEncryptionKey } from './key-encryption.js'
 import { resolveRegistration, type RegistrationSettings } from './registration/policy.js'
+import { resolveClientMetadataDocuments, type ClientMetadataDocumentSettings } from './client-metadata/documents.js'
 
 export interface AuthServerSettings {
   /** Byte-identical everywhere it appears (checklist G-01). */
@@ -44,6 +45,8 @@ export interface AuthServerSettings {
   readonly grantTypes: ReadonlySet<GrantType>
   /** `registration` (RFC 7591, RFC 7592): set when enabled. */
   readonly registration?: RegistrationSettings
+  /** `client_metadata_documents` (URL client_ids): set when enabled. */
+  readonly clientMetadataDocuments?: ClientMetadataDocumentSettings
 }
 
 /** @param resources the gateway's `resources[].resource` identifiers (RFC 9728), which clients may ask for too */
@@ -51,6 +54,7 @@ export function resolveSettings(config: AuthorizationServerConfig, resources: re
   const issuer = config.issuer!
   const audience = config.access_token?.audience ?? [issuer]
   const registration = resolveRegistration(config.registration)
+  const clientMetadataDocuments = resolveClientMetadataDocuments(config.client_metadata_documents)
   return {
     issuer,
     prefix: new URL(issuer).pathname.replace(/\/+$/, ''),
@@ -75,7 +79,9 @@ export function resolveSettings(config: AuthorizationServerConfig, resources: re
     failuresPerClient: config.throttling?.failures_per_client ?? 10,
     failuresPerIp: config.throttling?.failures_per_ip ?? 100,
     throttleWindowSeconds: parseDuration(config.throttling?.window ?? '1m') / 1000,
-    grantTypes: new Set([...(config.clients ?? []).flatMap((client) => client.grant_types), ...registration?.grantTypes ?? []]),
+    grantTypes: new Set([...(config.clients ?? []).flatMap((client) => client.grant_types), ...registration?.grantTypes ?? [],
+      ...(clientMetadataDocuments ? ['authorization_code', 'refresh_token'] as const : [])]),
     ...(registration !== undefined && { registration }),
+    ...(clientMetadataDocuments !== undefined && { clientMetadataDocuments }),
   }
 }

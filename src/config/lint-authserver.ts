@@ -4,7 +4,7 @@
  */
 import type { AuthorizationServerConfig, ClientConfig, GatewayConfig } from './schema.js'
 import type { LintProblem } from './lint.js'
-import { parseDuration } from './units.js'
+import { parseDuration, parseSize } from './units.js'
 import { isRedisUrl } from '../authserver/storage/redis-url.js'
 
 /** The grants that can hand out a refresh token; `refresh_token` alone is useless. */
@@ -126,6 +126,30 @@ function lintRegistration(registration: AuthorizationServerConfig['registration'
   }
 }
 
+/** A host name, or `*.` and a host name of at least two labels: `*.example.com`, never `*` or `*.com`. */
+const HOST_PATTERN = /^(\*\.)?([a-z0-9]([a-z0-9-]*[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]*[a-z0-9])?$/i
+
+/** Issue 19: `client_metadata_documents` (Client ID Metadata Documents). */
+function lintClientMetadataDocuments(documents: AuthorizationServerConfig['client_metadata_documents'], at: Array<string | number>,
+  problems: LintProblem[]): void {
+  if (!documents?.enabled) return
+  ;(documents.allowed_hosts ?? []).forEach((host, index) => {
+    if (!HOST_PATTERN.test(host) || (host.startsWith('*.') && host.split('.').length < 3)) {
+      problems.push({ path: [...at, 'allowed_hosts', index], message: 'must be a host name, or *. and a domain of at least two labels such as *.example.com' })
+    }
+  })
+  if (documents.max_size !== undefined && (parseSize(documents.max_size) > 65_536 || parseSize(documents.max_size) < 256)) {
+    problems.push({ path: [...at, 'max_size'], message: 'must be between 256b and 64kb' })
+  }
+  if (documents.timeout !== undefined && (parseDuration(documents.timeout) < 100 || parseDuration(documents.timeout) > 30_000)) {
+    problems.push({ path: [...at, 'timeout'], message: 'must be between 100ms and 30s' })
+  }
+  const min = parseDuration(documents.cache_ttl?.min ?? '1m')
+  const max = parseDuration(documents.cache_ttl?.max ?? '24h')
+  if (min > max) problems.push({ path: [...at, 'cache_ttl'], message: 'min must not be greater than max' })
+  if (max > 7 * 86_400_000) problems.push({ path: [...at, 'cache_ttl', 'max'], message: 'must be at most 7d' })
+}
+
 /** Insecure but legal `authorization_server` settings: part of configWarnings (logged at start, printed by `check`). */
 export function authorizationServerWarnings(config: GatewayConfig): string[] {
   const as = config.authorization_server
@@ -141,6 +165,14 @@ export function authorizationServerWarnings(config: GatewayConfig): string[] {
   if (registration?.enabled && registration.initial_access_token === undefined) {
     warnings.push(`authorization_server.registration is open (no initial_access_token): anyone who can reach ${as.issuer ?? '{issuer}'}/register can register a client ` +
       '(each still needs a user\'s consent; registration.rate bounds registrations per address)')
+  }
+  const documents = as.client_metadata_documents
+  if (documents?.enabled && documents.allow_private_addresses) {
+    warnings.push('authorization_server.client_metadata_documents.allow_private_addresses is true: any client_id URL may make this server ' +
+      'fetch from loopback and private addresses (and over http on loopback); for development only')
+  }
+  if (documents?.enabled && (documents.scopes ?? []).length === 0) {
+    warnings.push('authorization_server.client_metadata_documents.scopes is empty: clients known by a metadata document can be given no scope')
   }
   if (registration?.enabled && (registration.policy?.scopes ?? []).length === 0) {
     warnings.push('authorization_server.registration.policy.scopes is empty: registered clients can be given no scope')
@@ -160,6 +192,7 @@ export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
   }
   lintStore(as.store, [...base, 'store'], problems)
   lintRegistration(as.registration, [...base, 'registration'], problems)
+  lintClientMetadataDocuments(as.client_metadata_documents, [...base, 'client_metadata_documents'], problems)
   // A-13, RFC 6749 §4.1.2: a code lives "a maximum of 10 minutes"; it is redeemed within seconds.
   const codeTtl = as.authorization_code?.ttl
   if (codeTtl !== undefined && (parseDuration(codeTtl) < 1000 || parseDuration(codeTtl) > 600_000)) {

@@ -282,6 +282,17 @@ const AuthorizationServer = Strict({
     unused_expiry: Type.Optional(Duration),
     rate: Type.Optional(Strict({ registrations: Type.Optional(Type.Integer({ minimum: 1 })), window: Type.Optional(Duration) })),
   })),
+  // Issue 19: OAuth Client ID Metadata Documents (authserver/client-metadata/); lint-authserver.ts bounds the sizes and times.
+  client_metadata_documents: Type.Optional(Strict({
+    enabled: Type.Optional(Type.Boolean()),
+    // Exact host names, or `*.example.com` (one label in place of the `*`); empty: any public host.
+    allowed_hosts: Type.Optional(Type.Array(NonEmpty)),
+    scopes: Type.Optional(Type.Array(ScopeToken)),
+    max_size: Type.Optional(Size),
+    timeout: Type.Optional(Duration),
+    cache_ttl: Type.Optional(Strict({ min: Type.Optional(Duration), max: Type.Optional(Duration) })),
+    allow_private_addresses: Type.Optional(Type.Boolean()),
+  })),
 })
 
 const Cache = Strict({

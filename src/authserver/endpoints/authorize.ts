@@ -8,7 +8,7 @@
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import {
-  InvalidRequest, RequestNotSupported, RequestUriNotSupported, UnauthorizedClient, UnsupportedResponseType,
+  InvalidClient, InvalidRequest, RequestNotSupported, RequestUriNotSupported, UnauthorizedClient, UnsupportedResponseType,
 } from '../../errors/oauth-errors.js'
 import { challengeIsWellFormed } from '../pkce.js'
 import { continueAuthorization, sendErrorRedirect, type ResponseTarget } from '../browser/flow.js'
@@ -126,6 +126,11 @@ async function authorize(ctx: AuthServerContext, request: FastifyRequest, reply:
   try {
     client = clientId === undefined ? undefined : await ctx.clients.lookup(clientId)
   } catch (error) {
+    // Issue 19: a client_id metadata document that could not be fetched or used. Its redirect URIs are unknown: a page.
+    if (error instanceof InvalidClient) {
+      request.log.info({ clientId, reason: error.internal.detail }, 'client_id metadata document refused')
+      return errorPage(reply, 'The application\'s client ID metadata document could not be used (invalid_client)')
+    }
     // A registration could not be read (the store is down): nothing is known about this client yet, so a page.
     return pageErrorHandler(error as FastifyError, request, reply)
   }

@@ -50,12 +50,19 @@ export function unverifiedNotice(name: string, redirectUri?: string): SafeHtml {
 Continue only if you started this from that application${redirectUri !== undefined && html`; it will receive the answer at <strong>${destination(redirectUri)}</strong>`}.</p>`
 }
 
+/** Issue 19: a client known by its metadata document is the host that serves it, and no more than that. */
+function documentNotice(host: string, redirectUri: string): SafeHtml {
+  return html`<p class="alert">This application is identified only by <strong>${host}</strong>, the site that describes it; its name is not verified.
+Continue only if you started this from that application; it will receive the answer at <strong>${destination(redirectUri)}</strong>.</p>`
+}
+
 async function sendConsentPage(ctx: AuthServerContext, reply: FastifyReply, interactionId: string, request: AuthorizationRequest,
   session: BrowserSession): Promise<FastifyReply> {
   const client = await ctx.clients.lookup(request.clientId)
   const name = client?.name ?? request.clientId
   const body = html`<p>Signed in as <strong>${session.user.username}</strong>.</p>
 ${client?.dynamic !== undefined && unverifiedNotice(name, request.redirectUri)}
+${client?.metadataDocument !== undefined && documentNotice(client.metadataDocument.host, request.redirectUri)}
 <p><strong>${name}</strong> would like to:</p>
 ${scopeList(request.scope)}
 ${resourceLine(request.resource)}

@@ -22,7 +22,8 @@ import { servePublicDocument } from './public-document.js'
  * - `grant:<grant_type>` (e.g. `grant:client_credentials`): that grant, in grant_types_supported; `password`
  *   is listed only if, besides, some client is registered for it (checklist PW-01);
  * - `registration`: registration_endpoint (RFC 7591 §3; RFC 8414 §2), and the scopes clients may register
- *   for in scopes_supported.
+ *   for in scopes_supported;
+ * - `client_metadata_documents`: client_id_metadata_document_supported (issue 19), and those clients' scopes.
  */
 export interface ImplementedEndpoints {
   readonly implemented: ReadonlySet<string>
@@ -46,7 +47,8 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
   const grants = GRANT_TYPES.filter((grant: GrantType) =>
     has(`grant:${grant}`) && (grant !== 'password' || settings.grantTypes.has('password')))
   const scopes = [...new Set([...ctx.clients.all().flatMap((client) => [...client.scopes]),
-    ...(has('registration') ? settings.registration?.scopes ?? [] : [])])]
+    ...(has('registration') ? settings.registration?.scopes ?? [] : []),
+    ...(has('client_metadata_documents') ? settings.clientMetadataDocuments?.scopes ?? [] : [])])]
   const authorization = has('authorization')
   return {
     // G-01 / MD-02: the configured string itself, byte for byte.
@@ -59,6 +61,8 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
     introspection_endpoint: `${base}/introspect`,
     ...(has('device_authorization') && { device_authorization_endpoint: `${base}/device_authorization` }),
     ...(has('registration') && { registration_endpoint: `${base}/register` }),
+    // draft-ietf-oauth-client-id-metadata-document: a URL client_id names the client's own document.
+    ...(has('client_metadata_documents') && { client_id_metadata_document_supported: true }),
     ...nonEmpty('scopes_supported', scopes),
     ...(authorization && { response_types_supported: ['code'], response_modes_supported: ['query'] }),
     // Explicit: RFC 8414 §2 reads an absent member as ["authorization_code", "implicit"].

@@ -1,0 +1,289 @@
+/**
+ * Issue 19: OAuth Client ID Metadata Documents at the embedded server, against the real gateway on loopback.
+ * The documents come from a real HTTP server on 127.0.0.1, which only `allow_private_addresses` (development)
+ * lets the server fetch; the address checks themselves, with injected DNS answers, are in
+ * as-client-metadata-address.test.ts.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { describe, expect, it, type TestContext } from 'vitest'
+import * as oauth from 'oauth4webapi'
+import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
+import { ALICE, callApi, postForm } from './support/authserver.js'
+import { FormBrowser, field, responseParams } from './support/browser.js'
+
+type Gateway = RunningGateway & { issuer: string }
+type Handler = (request: IncomingMessage, response: ServerResponse) => void
+const insecure = { [oauth.allowInsecureRequests]: true } as const
+const LOOPBACK = 'http://127.0.0.1/callback'
+
+interface DocumentServer {
+  /** `http://127.0.0.1:<port><path>` */
+  url(path: string): string
+  /** Requests received, by path. */
+  readonly hits: Map<string, number>
+  readonly accepts: string[]
+  serve(path: string, handler: Handler): void
+}
+
+async function startDocumentServer(context: TestContext): Promise<DocumentServer> {
+  const handlers = new Map<string, Handler>()
+  const hits = new Map<string, number>()
+  const accepts: string[] = []
+  const server = createServer((request, response) => {
+    const path = request.url ?? ''
+    hits.set(path, (hits.get(path) ?? 0) + 1)
+    accepts.push(request.headers.accept ?? '')
+    const handler = handlers.get(path)
+    if (handler) handler(request, response)
+    else response.writeHead(404).end()
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  context.onTestFinished(() => new Promise<void>((resolve) => {
+    server.closeAllConnections()
+    server.close(() => resolve())
+  }))
+  const port = (server.address() as AddressInfo).port
+  return {
+    url: (path) => `http://127.0.0.1:${port}${path}`,
+    hits,
+    accepts,
+    serve: (path, handler) => handlers.set(path, handler),
+  }
+}
+
+/** A JSON answer, with Cache-Control when given. */
+function json(body: unknown, headers: Record<string, string> = {}): Handler {
+  return (_request, response) => response.writeHead(200, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(body))
+}
+
+function documentFor(clientId: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { client_id: clientId, client_name: 'Docs CLI', redirect_uris: [LOOPBACK], grant_types: ['authorization_code', 'refresh_token'],
+    token_endpoint_auth_method: 'none', scope: 'orders:read', ...extra }
+}
+
+async function start(context: TestContext, documents: Record<string, unknown> = {}): Promise<Gateway> {
+  const gateway = await startAuthServerGateway({
+    access_token: { audience: ['orders-api'] },
+    clients: [],
+    users: [{ ...ALICE }],
+    client_metadata_documents: { enabled: true, allow_private_addresses: true, scopes: ['orders:read', 'orders:write'], ...documents },
+  })
+  context.onTestFinished(() => gateway.close())
+  return gateway
+}
+
+async function discover(gateway: Gateway): Promise<oauth.AuthorizationServer> {
+  const issuer = new URL(gateway.issuer)
+  return oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { algorithm: 'oauth2', ...insecure }))
+}
+
+/** An authorization request URL for `clientId` (PKCE S256, state); returns it with its verifier and state. */
+async function authorizationUrl(gateway: Gateway, clientId: string, redirectUri = 'http://127.0.0.1:51004/callback') {
+  const verifier = oauth.generateRandomCodeVerifier()
+  const state = oauth.generateRandomState()
+  const url = new URL(`${gateway.issuer}/authorize`)
+  for (const [name, value] of Object.entries({
+    response_type: 'code', client_id: clientId, redirect_uri: redirectUri, scope: 'orders:read', state,
+    code_challenge: await oauth.calculatePKCECodeChallenge(verifier), code_challenge_method: 'S256',
+  })) url.searchParams.set(name, value)
+  return { url: url.href, verifier, state, redirectUri }
+}
+
+/** /authorize for a client whose document fails: an error page saying invalid_client, never a redirect. */
+async function expectRefusedPage(gateway: Gateway, clientId: string): Promise<string> {
+  const res = await new FormBrowser(gateway.url).get((await authorizationUrl(gateway, clientId)).url)
+  expect(res.status).toBe(400)
+  expect(res.location).toBeUndefined()
+  expect(res.text).toContain('invalid_client')
+  const line = gateway.logs.find((entry) => entry.includes('client_id metadata document refused'))
+  expect(line).toBeDefined()
+  return line!
+}
+
+describe('Client ID Metadata Documents', () => {
+  it('is off by default: no client_id_metadata_document_supported, and a URL client_id is simply unknown', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/client.json')
+    docs.serve('/client.json', json(documentFor(clientId)))
+    const gateway = await startAuthServerGateway({ clients: [], users: [] })
+    context.onTestFinished(() => gateway.close())
+    expect(await discover(gateway)).not.toHaveProperty('client_id_metadata_document_supported')
+    const res = await new FormBrowser(gateway.url).get((await authorizationUrl(gateway, clientId)).url)
+    expect([res.status, res.text.includes('not registered here')]).toEqual([400, true])
+    expect(docs.hits.size).toBe(0)
+  })
+
+  it('drives authorization code + PKCE with oauth4webapi for a client known only by its document, fetched once within its max-age', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/oauth/client.json')
+    docs.serve('/oauth/client.json', json(documentFor(clientId), { 'cache-control': 'public, max-age=3600' }))
+    const gateway = await start(context)
+    const discovered = await discover(gateway)
+    expect(discovered.client_id_metadata_document_supported).toBe(true)
+    const as: oauth.AuthorizationServer = { ...discovered, authorization_response_iss_parameter_supported: true }
+    const client: oauth.Client = { client_id: clientId }
+
+    const { url, verifier, state, redirectUri } = await authorizationUrl(gateway, clientId)
+    const browser = new FormBrowser(gateway.url)
+    const login = await browser.get((await browser.get(url)).location!)
+    expect(login.text).toContain('Sign in to continue to Docs CLI.')
+    const consentRedirect = await browser.post('/login', { _csrf: field(login, '_csrf'), interaction: field(login, 'interaction'), ...ALICE })
+    const consent = await browser.get(consentRedirect.location!)
+    // Its identity is the host that serves the document, and no more.
+    expect(consent.text).toContain('identified only by <strong>127.0.0.1:')
+    expect(consent.text).toContain('its name is not verified')
+    expect(consent.text).toContain('an application on this computer (127.0.0.1:51004)')
+    const callback = await browser.post('/consent', { _csrf: field(consent, '_csrf'), interaction: field(consent, 'interaction'), decision: 'allow' })
+    expect(callback.location?.startsWith(`${redirectUri}?`)).toBe(true)
+    const params = oauth.validateAuthResponse(as, client, new URL(callback.location!), state)
+    const tokens = await oauth.processAuthorizationCodeResponse(as, client,
+      await oauth.authorizationCodeGrantRequest(as, client, oauth.None(), params, redirectUri, verifier, insecure))
+    expect(tokens).toMatchObject({ token_type: 'bearer', scope: 'orders:read' })
+    const api = await callApi(gateway, tokens.access_token)
+    expect(api.status).toBe(200)
+    expect((await api.json() as { headers: Record<string, string> }).headers['x-auth-client-id']).toBe(clientId)
+    const refreshed = await oauth.processRefreshTokenResponse(as, client,
+      await oauth.refreshTokenGrantRequest(as, client, oauth.None(), tokens.refresh_token!, insecure))
+    expect((await callApi(gateway, refreshed.access_token)).status).toBe(200)
+
+    // A second authorization within max-age: no second fetch. A scope outside the document's is refused as for any client.
+    const second = await authorizationUrl(gateway, clientId)
+    expect((await browser.get(second.url)).location).toContain('/consent?')
+    const wider = new URL(second.url)
+    wider.searchParams.set('scope', 'orders:write')
+    expect(responseParams((await browser.get(wider.href)).location).get('error')).toBe('invalid_scope')
+    expect(docs.hits.get('/oauth/client.json')).toBe(1)
+    expect(docs.accepts).toEqual(['application/json'])
+  })
+
+  it('fetches again once max-age has passed, and not before', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/short.json')
+    docs.serve('/short.json', json(documentFor(clientId), { 'cache-control': 'max-age=1' }))
+    const gateway = await start(context, { cache_ttl: { min: '0s', max: '1h' } })
+    const browser = new FormBrowser(gateway.url)
+    expect((await browser.get((await authorizationUrl(gateway, clientId)).url)).location).toContain('/login?')
+    expect((await browser.get((await authorizationUrl(gateway, clientId)).url)).location).toContain('/login?')
+    expect(docs.hits.get('/short.json')).toBe(1)
+    await new Promise((resolve) => setTimeout(resolve, 1100))
+    expect((await browser.get((await authorizationUrl(gateway, clientId)).url)).location).toContain('/login?')
+    expect(docs.hits.get('/short.json')).toBe(2)
+  })
+
+  it('refuses a document whose client_id is not the URL it came from', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/client.json')
+    docs.serve('/client.json', json(documentFor(`${clientId}?other`)))
+    const gateway = await start(context)
+    expect(await expectRefusedPage(gateway, clientId)).toContain('its client_id is not the URL it was fetched from')
+  })
+
+  it('answers 401 invalid_client at the token endpoint when the document fails there', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/gone.json')
+    docs.serve('/gone.json', (_request, response) => response.writeHead(404).end())
+    const gateway = await start(context)
+    const res = await postForm(gateway, '/token', { grant_type: 'refresh_token', refresh_token: 'x', client_id: clientId })
+    expect([res.status, res.body.error]).toEqual([401, 'invalid_client'])
+  })
+
+  it('refuses a redirect_uri the document does not list, with a page', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/client.json')
+    docs.serve('/client.json', json(documentFor(clientId)))
+    const gateway = await start(context)
+    const res = await new FormBrowser(gateway.url).get((await authorizationUrl(gateway, clientId, 'https://evil.example/callback')).url)
+    expect([res.status, res.location]).toEqual([400, undefined])
+    expect(res.text).toContain('The address to return to is not registered for this application')
+  })
+
+  it('refuses a document larger than max_size, whether its Content-Length says so or not', async (context) => {
+    const docs = await startDocumentServer(context)
+    const declared = docs.url('/declared.json')
+    const chunked = docs.url('/chunked.json')
+    const padding = 'x'.repeat(2000)
+    docs.serve('/declared.json', json(documentFor(declared, { padding })))
+    docs.serve('/chunked.json', (_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' })
+      response.write(JSON.stringify(documentFor(chunked)).slice(0, -1))
+      response.end(`,"padding":"${padding}"}`)
+    })
+    const gateway = await start(context, { max_size: '1kb' })
+    expect(await expectRefusedPage(gateway, declared)).toContain('is larger than max_size (1024 bytes)')
+    gateway.logs.length = 0
+    expect(await expectRefusedPage(gateway, chunked)).toContain('is larger than max_size (1024 bytes)')
+  })
+
+  it('gives up on a document slower than timeout', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/slow.json')
+    docs.serve('/slow.json', (_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' })
+      response.write('{')
+      // Never finished: the body trickles past the timeout.
+    })
+    const gateway = await start(context, { timeout: '300ms' })
+    const started = Date.now()
+    expect(await expectRefusedPage(gateway, clientId)).toContain('could not be fetched (TimeoutError')
+    expect(Date.now() - started).toBeLessThan(3000)
+  })
+
+  it('refuses a document that is not application/json', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/client.html')
+    docs.serve('/client.html', (_request, response) =>
+      response.writeHead(200, { 'content-type': 'text/html' }).end(JSON.stringify(documentFor(clientId))))
+    const gateway = await start(context)
+    expect(await expectRefusedPage(gateway, clientId)).toContain('is not application/json')
+  })
+
+  it('follows no redirect: a 302 to a good document is refused, and its target never fetched', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/moved.json')
+    docs.serve('/moved.json', (_request, response) => response.writeHead(302, { location: docs.url('/target.json') }).end())
+    docs.serve('/target.json', json(documentFor(clientId)))
+    const gateway = await start(context)
+    expect(await expectRefusedPage(gateway, clientId)).toContain('answered 302')
+    expect(docs.hits.get('/target.json')).toBeUndefined()
+  })
+
+  it('refuses loopback and private targets unless allow_private_addresses, and http anywhere', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/client.json')
+    docs.serve('/client.json', json(documentFor(clientId)))
+    const gateway = await start(context, { allow_private_addresses: false })
+    // http is only ever allowed on loopback with allow_private_addresses.
+    expect(await expectRefusedPage(gateway, clientId)).toContain('must use https')
+    gateway.logs.length = 0
+    // An https URL naming a loopback literal is refused before any connection is attempted.
+    expect(await expectRefusedPage(gateway, clientId.replace('http:', 'https:'))).toContain('could not be fetched (RefusedAddress: 127.0.0.1 is not a public address)')
+    expect(docs.hits.size).toBe(0)
+  })
+
+  it('refuses a host not in allowed_hosts, before fetching', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/client.json')
+    docs.serve('/client.json', json(documentFor(clientId)))
+    const gateway = await start(context, { allowed_hosts: ['*.example.com', 'clients.example.org'] })
+    expect(await expectRefusedPage(gateway, clientId)).toContain('names a host not in allowed_hosts')
+    expect(docs.hits.size).toBe(0)
+  })
+
+  it('refuses documents that ask for a secret, another grant, or no redirect URI', async (context) => {
+    const docs = await startDocumentServer(context)
+    const gateway = await start(context)
+    const cases: Array<[string, Record<string, unknown>, string]> = [
+      ['/jwt.json', { token_endpoint_auth_method: 'private_key_jwt' }, 'token_endpoint_auth_method must be none'],
+      ['/secret.json', { client_secret: 'x' }, 'must not contain client_secret'],
+      ['/cc.json', { grant_types: ['client_credentials'] }, 'grant_types must include authorization_code'],
+      ['/none.json', { redirect_uris: [] }, 'redirect_uris must be an array'],
+      ['/bad-uri.json', { redirect_uris: ['javascript:alert(1)'] }, 'a redirect URI must not use the javascript: scheme'],
+    ]
+    for (const [path, extra, reason] of cases) {
+      docs.serve(path, json(documentFor(docs.url(path), extra)))
+      gateway.logs.length = 0
+      expect(await expectRefusedPage(gateway, docs.url(path))).toContain(reason)
+    }
+  })
+})
