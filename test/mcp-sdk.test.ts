@@ -3,9 +3,13 @@
  * Portcullis, and the SDK's own client and OAuth client provider connecting through the gateway: 401, RFC
  * 9728 resource and RFC 8414 server discovery, authorization code + PKCE with `resource` (login and consent
  * by the test user), tool calls, a streamed result, a 403 step-up for a tool that needs more scope, refresh,
- * and refusal after revocation; a client registered in the YAML, and one that registers itself (RFC 7591).
+ * and refusal after revocation; a client registered in the YAML, one that registers itself (RFC 7591), and one
+ * known by its Client ID Metadata Document.
  */
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import https from 'node:https'
+import type { AddressInfo } from 'node:net'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -15,6 +19,7 @@ import { postForm } from './support/authserver.js'
 import { FormBrowser, loginAndConsent, responseParams } from './support/browser.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
 import { startMcpServer, type TestMcpServer } from './support/mcp-server.js'
+import { createTestCa } from './support/tls.js'
 import { closedPort } from './support/upstream.js'
 
 const ALICE = { username: 'alice', password: 'alice-password-0123' }
@@ -28,6 +33,8 @@ class TestProvider implements OAuthClientProvider {
   authorizationUrl: URL | undefined
   /** Undefined: the SDK registers the client (RFC 7591) and saves what it got here. */
   registered: OAuthClientInformationMixed | undefined
+  /** A Client ID Metadata Document URL: the SDK uses it as the client_id when the server supports them. */
+  clientMetadataUrl: string | undefined
   constructor(private readonly clientId?: string) {}
   get redirectUrl(): string { return CALLBACK }
   get clientMetadata(): OAuthClientMetadata {
@@ -49,12 +56,39 @@ class TestProvider implements OAuthClientProvider {
 let gateway: RunningGateway & { issuer: string }
 let mcp: TestMcpServer
 let base: string
+let documents: { url: string; fetches: number; close(): Promise<void> }
+const ca = createTestCa()
+
+/** An https server (the test CA's certificate) serving one client's metadata document at /client.json. */
+async function startDocumentServer(): Promise<typeof documents> {
+  const certificate = ca.issue('documents')
+  const state = { fetches: 0 }
+  const server = https.createServer({ cert: readFileSync(certificate.certFile), key: readFileSync(certificate.keyFile) }, (req, res) => {
+    state.fetches++
+    const { port } = server.address() as AddressInfo
+    const url = `https://127.0.0.1:${port}/client.json`
+    if (req.url !== '/client.json') return void res.writeHead(404).end()
+    res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'max-age=300' })
+    res.end(JSON.stringify({ client_id: url, client_name: 'Document client', redirect_uris: [CALLBACK],
+      grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'], token_endpoint_auth_method: 'none' }))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  return {
+    url: `https://127.0.0.1:${port}/client.json`,
+    get fetches() { return state.fetches },
+    close: async () => { server.closeAllConnections(); await new Promise<void>((resolve) => server.close(() => resolve())) },
+  }
+}
 
 beforeAll(async () => {
   mcp = await startMcpServer()
+  documents = await startDocumentServer()
   const port = await closedPort()
   base = `http://127.0.0.1:${port}`
   gateway = await startAuthServerGateway({
+    // Client ID Metadata Documents; loopback allowed (and this CA trusted) for the test only.
+    client_metadata_documents: { enabled: true, scopes: ['mcp:read', 'mcp:admin'], allow_private_addresses: true, ca_file: ca.caFile },
     // RFC 7591: clients nobody registered by hand register themselves (public, loopback callbacks, these scopes).
     registration: { enabled: true, policy: { client_types: ['public'], redirect_uris: ['loopback'], scopes: ['mcp:read', 'mcp:admin'] } },
     clients: [{ client_id: 'mcp-app', token_endpoint_auth_method: 'none', grant_types: ['authorization_code', 'refresh_token'],
@@ -73,7 +107,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await gateway.close()
-  await mcp.close()
+  await Promise.all([mcp.close(), documents.close()])
+  ca.remove()
 })
 
 /** Signs alice in at the URL the SDK chose and consents; returns the code from the redirect. `scope` overrides the SDK's. */
@@ -109,7 +144,7 @@ async function connect(provider: TestProvider, scope?: string): Promise<{ client
 }
 
 const text = (result: unknown) => ((result as { content: Array<{ text: string }> }).content[0]!.text)
-const claimsOf = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { aud: unknown; scope: string }
+const claimsOf = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { aud: unknown; scope: string; client_id: string }
 
 describe('the MCP SDK client through the gateway', () => {
   it('discovers, authorizes with PKCE and resource, lists and calls tools; the server never sees a token', async () => {
@@ -132,6 +167,17 @@ describe('the MCP SDK client through the gateway', () => {
     expect(id).toMatch(/^dcr_/)
     expect(claimsOf(provider.saved!.access_token)).toMatchObject({ aud: `${base}/mcp` })
     expect(text(await client.callTool({ name: 'echo', arguments: { text: 'registered' } }))).toBe('registered')
+    await client.close()
+  })
+
+  it('a client known by its metadata document (its https URL is its client_id) authorizes and calls', async () => {
+    const provider = new TestProvider()
+    provider.clientMetadataUrl = documents.url
+    const { client } = await connect(provider, 'mcp:read')
+    expect((provider.registered as { client_id: string }).client_id).toBe(documents.url)
+    expect(claimsOf(provider.saved!.access_token)).toMatchObject({ aud: `${base}/mcp`, client_id: documents.url })
+    expect(text(await client.callTool({ name: 'echo', arguments: { text: 'by document' } }))).toBe('by document')
+    expect(documents.fetches).toBe(1)
     await client.close()
   })
 

@@ -3,6 +3,7 @@
  * listener (in their own fastify scope: form bodies, errors per RFC 6749 §5.2), and hands the gateway
  * what it needs to trust the embedded issuer in-process.
  */
+import { readFileSync } from 'node:fs'
 import type { FastifyBaseLogger, FastifyError, FastifyInstance } from 'fastify'
 import cookie from '@fastify/cookie'
 import csrf from '@fastify/csrf-protection'
@@ -142,7 +143,9 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   // Issue 19: a registration never takes a YAML client_id, nor a user's sub (client_credentials tokens carry sub = client_id).
   const registrations = settings.registration && new Registrations(store, settings.registration, now,
     (id) => configuredIds.has(id) || users.findBySub(id) !== undefined)
-  const documents = settings.clientMetadataDocuments && new ClientMetadataDocuments(settings.clientMetadataDocuments, now)
+  const documentSettings = settings.clientMetadataDocuments
+  const documents = documentSettings && new ClientMetadataDocuments(documentSettings, now,
+    documentSettings.caFile !== undefined ? { ca: readFileSync(documentSettings.caFile, 'utf8') } : {})
   const ctx: AuthServerContext = {
     settings,
     store,

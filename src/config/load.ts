@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, parseDocument, isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml'
-import { GatewayConfigSchema, type GatewayConfig } from './schema.js'
+import { GatewayConfigSchema, type AuthorizationServerConfig, type GatewayConfig } from './schema.js'
 import { lintConfig } from './lint.js'
 
 export type ConfigPath = ReadonlyArray<string | number>
@@ -236,12 +236,7 @@ function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
     }),
     upstreams: Object.fromEntries(Object.entries(config.upstreams).map(([name, upstream]) =>
       [name, upstream.ca_file ? { ...upstream, ca_file: resolve(upstream.ca_file) } : upstream])),
-    ...(config.authorization_server?.store?.path && {
-      authorization_server: {
-        ...config.authorization_server,
-        store: { ...config.authorization_server.store, path: resolve(config.authorization_server.store.path) },
-      },
-    }),
+    ...(config.authorization_server && { authorization_server: resolveAuthServerPaths(config.authorization_server, resolve) }),
     ...(config.audit?.output !== undefined && {
       audit: {
         ...config.audit,
@@ -255,6 +250,16 @@ function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
         ...(issuer.introspection?.ca_file && { introspection: { ...issuer.introspection, ca_file: resolve(issuer.introspection.ca_file) } }),
       })),
     }),
+  }
+}
+
+/** The embedded server's files: its SQLite store, and the CAs of client metadata document hosts. */
+function resolveAuthServerPaths(as: AuthorizationServerConfig, resolve: (file: string) => string): AuthorizationServerConfig {
+  const documents = as.client_metadata_documents
+  return {
+    ...as,
+    ...(as.store?.path && { store: { ...as.store, path: resolve(as.store.path) } }),
+    ...(documents?.ca_file && { client_metadata_documents: { ...documents, ca_file: resolve(documents.ca_file) } }),
   }
 }
 

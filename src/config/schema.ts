@@ -292,6 +292,8 @@ const AuthorizationServer = Strict({
     timeout: Type.Optional(Duration),
     cache_ttl: Type.Optional(Strict({ min: Type.Optional(Duration), max: Type.Optional(Duration) })),
     allow_private_addresses: Type.Optional(Type.Boolean()),
+    // PEM CAs trusted for document hosts instead of the system's (a private CA); relative to the config file.
+    ca_file: Type.Optional(NonEmpty),
   })),
 })
 

@@ -28,6 +28,8 @@ export interface ClientMetadataDocumentSettings {
   readonly cacheTtlMaxMs: number
   /** Development only: loopback and private targets, and http on loopback. */
   readonly allowPrivateAddresses: boolean
+  /** `ca_file`: CAs trusted instead of the system's. */
+  readonly caFile?: string
 }
 
 /** `client_metadata_documents` with its defaults; undefined unless enabled. */
@@ -41,6 +43,7 @@ export function resolveClientMetadataDocuments(config: AuthorizationServerConfig
     cacheTtlMinMs: parseDuration(config.cache_ttl?.min ?? '1m'),
     cacheTtlMaxMs: parseDuration(config.cache_ttl?.max ?? '24h'),
     allowPrivateAddresses: config.allow_private_addresses ?? false,
+    ...(config.ca_file !== undefined && { caFile: config.ca_file }),
   }
 }
 
