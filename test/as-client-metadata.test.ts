@@ -9,8 +9,9 @@ import type { AddressInfo } from 'node:net'
 import { describe, expect, it, type TestContext } from 'vitest'
 import * as oauth from 'oauth4webapi'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
-import { ALICE, callApi, postForm } from './support/authserver.js'
+import { ALICE, postForm } from './support/authserver.js'
 import { FormBrowser, field, responseParams } from './support/browser.js'
+import { allowRedeemAndRefresh } from './support/registration.js'
 
 type Gateway = RunningGateway & { issuer: string }
 type Handler = (request: IncomingMessage, response: ServerResponse) => void
@@ -134,18 +135,7 @@ describe('Client ID Metadata Documents', () => {
     expect(consent.text).toContain('identified only by <strong>127.0.0.1:')
     expect(consent.text).toContain('its name is not verified')
     expect(consent.text).toContain('an application on this computer (127.0.0.1:51004)')
-    const callback = await browser.post('/consent', { _csrf: field(consent, '_csrf'), interaction: field(consent, 'interaction'), decision: 'allow' })
-    expect(callback.location?.startsWith(`${redirectUri}?`)).toBe(true)
-    const params = oauth.validateAuthResponse(as, client, new URL(callback.location!), state)
-    const tokens = await oauth.processAuthorizationCodeResponse(as, client,
-      await oauth.authorizationCodeGrantRequest(as, client, oauth.None(), params, redirectUri, verifier, insecure))
-    expect(tokens).toMatchObject({ token_type: 'bearer', scope: 'orders:read' })
-    const api = await callApi(gateway, tokens.access_token)
-    expect(api.status).toBe(200)
-    expect((await api.json() as { headers: Record<string, string> }).headers['x-auth-client-id']).toBe(clientId)
-    const refreshed = await oauth.processRefreshTokenResponse(as, client,
-      await oauth.refreshTokenGrantRequest(as, client, oauth.None(), tokens.refresh_token!, insecure))
-    expect((await callApi(gateway, refreshed.access_token)).status).toBe(200)
+    await allowRedeemAndRefresh({ gateway, browser, consent, as, client, redirectUri, state, verifier, scope: 'orders:read' })
 
     // A second authorization within max-age: no second fetch. A scope outside the document's is refused as for any client.
     const second = await authorizationUrl(gateway, clientId)

@@ -12,6 +12,7 @@ import { startAuthServerGateway, type RunningGateway } from './support/gateway.j
 import { ALICE, basic, callApi, postForm } from './support/authserver.js'
 import { FormBrowser, field, responseParams } from './support/browser.js'
 import {
+  allowRedeemAndRefresh,
   IAT, LOOPBACK, NATIVE_APP, RS, auditEvents, manage, register, registrationSetup, storedRegistrations,
 } from './support/registration.js'
 
@@ -84,18 +85,7 @@ describe('dynamic client registration (RFC 7591)', () => {
     // Its name is its own claim: the page says so, and where the answer goes.
     expect(consent.text).toContain('registered itself with this server: its name is not verified')
     expect(consent.text).toContain('an application on this computer (127.0.0.1:51004)')
-    const callback = await browser.post('/consent', { _csrf: field(consent, '_csrf'), interaction: field(consent, 'interaction'), decision: 'allow' })
-    expect(callback.location?.startsWith(`${redirectUri}?`)).toBe(true)
-    const params = oauth.validateAuthResponse(as, client, new URL(callback.location!), state)
-    const tokens = await oauth.processAuthorizationCodeResponse(as, client,
-      await oauth.authorizationCodeGrantRequest(as, client, oauth.None(), params, redirectUri, verifier, insecure))
-    expect(tokens).toMatchObject({ token_type: 'bearer', scope: 'orders:read' })
-    const api = await callApi(gateway, tokens.access_token)
-    expect(api.status).toBe(200)
-    expect((await api.json() as { headers: Record<string, string> }).headers['x-auth-client-id']).toBe(client.client_id)
-    const refreshed = await oauth.processRefreshTokenResponse(as, client,
-      await oauth.refreshTokenGrantRequest(as, client, oauth.None(), tokens.refresh_token!, insecure))
-    expect((await callApi(gateway, refreshed.access_token)).status).toBe(200)
+    await allowRedeemAndRefresh({ gateway, browser, consent, as, client, redirectUri, state, verifier, scope: 'orders:read' })
     // A scope it did not register for is refused, as for any client.
     const wider = new URL(url)
     wider.searchParams.set('scope', 'orders:write')

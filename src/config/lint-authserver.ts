@@ -2,7 +2,7 @@
  * Config-time checks of `authorization_server` (checklist A-06, CC-04, PW-02, and "a client with a grant it
  * cannot use"): all reported by `portcullis check`, none discovered by a user at run time.
  */
-import { accessSync, constants } from 'node:fs'
+import { readable } from './files.js'
 import type { AuthorizationServerConfig, ClientConfig, GatewayConfig } from './schema.js'
 import type { LintProblem } from './lint.js'
 import { parseDuration, parseSize } from './units.js'
@@ -149,16 +149,7 @@ function lintClientMetadataDocuments(documents: AuthorizationServerConfig['clien
   const max = parseDuration(documents.cache_ttl?.max ?? '24h')
   if (min > max) problems.push({ path: [...at, 'cache_ttl'], message: 'min must not be greater than max' })
   if (max > 7 * 86_400_000) problems.push({ path: [...at, 'cache_ttl', 'max'], message: 'must be at most 7d' })
-  if (documents.ca_file !== undefined && !readableFile(documents.ca_file)) problems.push({ path: [...at, 'ca_file'], message: `cannot read ${documents.ca_file}` })
-}
-
-function readableFile(file: string): boolean {
-  try {
-    accessSync(file, constants.R_OK)
-    return true
-  } catch {
-    return false
-  }
+  if (documents.ca_file !== undefined && !readable(documents.ca_file)) problems.push({ path: [...at, 'ca_file'], message: `cannot read ${documents.ca_file}` })
 }
 
 /** Insecure but legal `authorization_server` settings: part of configWarnings (logged at start, printed by `check`). */

@@ -1,5 +1,5 @@
 /** What the schema cannot say: references, overlaps, combinations, files that must exist. */
-import { accessSync, constants } from 'node:fs'
+import { readable } from './files.js'
 import { fileURLToPath } from 'node:url'
 import type { GatewayConfig } from './schema.js'
 import { compileRules, type RuleProblem } from '../rules/compile.js'
@@ -18,15 +18,6 @@ const MAX_LOG_BUFFER = 64 * 1024
 
 export interface LintProblem extends RuleProblem {
   atKey?: boolean
-}
-
-function readable(file: string): boolean {
-  try {
-    accessSync(file, constants.R_OK)
-    return true
-  } catch {
-    return false
-  }
 }
 
 /** The schema's patterns only shape URLs and host:port; these must also parse, or `start` would crash. */

@@ -1,6 +1,9 @@
 /** Dynamic client registration (RFC 7591 / RFC 7592) as a client sends it, and the fixture of the as-registration suites. */
+import * as oauth from 'oauth4webapi'
+import { expect } from 'vitest'
 import type { ArtifactRecord } from '../../src/authserver/storage/adapter.js'
-import { ALICE, R1, type OAuthResponse } from './authserver.js'
+import { ALICE, R1, callApi, type OAuthResponse } from './authserver.js'
+import { field, type FormBrowser, type PageResponse } from './browser.js'
 import type { RunningGateway } from './gateway.js'
 
 /** A native app's loopback redirect URI (RFC 8252 §7.3): registered without a port, used with any. */
@@ -71,4 +74,28 @@ export async function storedRegistrations(gateway: RunningGateway): Promise<Arti
 /** The audit events of that name the gateway wrote. */
 export function auditEvents(gateway: RunningGateway, event: string): Array<Record<string, unknown>> {
   return gateway.audit.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.event === event)
+}
+
+/**
+ * A public client's end of the code flow once the consent page is shown: allow, redeem the code with PKCE,
+ * call the API (its X-Auth-Client-Id must be `clientId`), refresh, call again. Returns the first tokens.
+ */
+export async function allowRedeemAndRefresh(t: {
+  gateway: RunningGateway; browser: FormBrowser; consent: PageResponse; as: oauth.AuthorizationServer; client: oauth.Client
+  redirectUri: string; state: string; verifier: string; scope: string
+}): Promise<oauth.TokenEndpointResponse> {
+  const insecure = { [oauth.allowInsecureRequests]: true }
+  const callback = await t.browser.post('/consent', { _csrf: field(t.consent, '_csrf'), interaction: field(t.consent, 'interaction'), decision: 'allow' })
+  expect(callback.location?.startsWith(`${t.redirectUri}?`)).toBe(true)
+  const params = oauth.validateAuthResponse(t.as, t.client, new URL(callback.location!), t.state)
+  const tokens = await oauth.processAuthorizationCodeResponse(t.as, t.client,
+    await oauth.authorizationCodeGrantRequest(t.as, t.client, oauth.None(), params, t.redirectUri, t.verifier, insecure))
+  expect(tokens).toMatchObject({ token_type: 'bearer', scope: t.scope })
+  const api = await callApi(t.gateway, tokens.access_token)
+  expect(api.status).toBe(200)
+  expect((await api.json() as { headers: Record<string, string> }).headers['x-auth-client-id']).toBe(t.client.client_id)
+  const refreshed = await oauth.processRefreshTokenResponse(t.as, t.client,
+    await oauth.refreshTokenGrantRequest(t.as, t.client, oauth.None(), tokens.refresh_token!, insecure))
+  expect((await callApi(t.gateway, refreshed.access_token)).status).toBe(200)
+  return tokens
 }
