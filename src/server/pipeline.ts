@@ -24,6 +24,7 @@ import { splitPath } from '../rules/segments.js'
 import { splitRequestTarget } from '../rules/normalize.js'
 import { hasBody, requestBody } from './request-body.js'
 import { authorizedMcpBody } from '../mcp/request.js'
+import { refuseForeignOrigin } from '../mcp/origin.js'
 import type { CompiledMcp } from '../mcp/compile.js'
 import { corsAnswer, type CorsAnswer } from '../cors/policy.js'
 import { answerPreflight, isPreflight } from '../cors/preflight.js'
@@ -190,7 +191,10 @@ export class GatewayPipeline {
     if (rule.resource !== null) outcome.resourceMetadata = rule.resource.metadataUrl
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
     if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
-    if (rule.mcp !== null && (req.method === 'POST' || hasBody(req))) return this.serveMcp(rt, req, res, outcome, rule, rule.mcp, path, query, segments)
+    if (rule.mcp !== null) {
+      refuseForeignOrigin(rule, req)
+      if (req.method === 'POST' || hasBody(req)) return this.serveMcp(rt, req, res, outcome, rule, rule.mcp, path, query, segments)
+    }
     const found = authenticate(rt, req, rule, query, segments)
     if (found instanceof Promise || hasBody(req)) return this.serveLater(rt, req, res, outcome, rule, path, query, found)
     return this.forward(rt, req, res, outcome, rule, path, query, found, null)
