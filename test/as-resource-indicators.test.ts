@@ -199,7 +199,7 @@ const stores: Array<[string, (context: TestContext) => Record<string, unknown>]>
 ]
 
 for (const [name, store] of stores) {
-  describe.skipIf(name === 'redis' && REDIS_URL === undefined)(`refresh tokens keep the grant's resources (${name} store)`, () => {
+  describe.skipIf(name === 'redis' && REDIS_URL === undefined)(`refresh tokens keep the grant's resources (${name} store)${name === 'redis' && REDIS_URL === undefined ? ' (REDIS_URL is not set)' : ''}`, () => {
     it('a refresh may narrow to one resource; the next, without resource, gets the full set again', async (context) => {
       const t = await start(context, { store: store(context) })
       const tokens = await exchange(t, await authorize(t, [t.orders, t.billing]))
