@@ -12,7 +12,7 @@ import { parseDuration } from '../config/units.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import type { IntrospectionOutcome, IntrospectionRecorder, Metrics } from '../metrics/metrics.js'
 import { issuerClaims, readPermissions, unmetIssuerCondition, type IssuerClaims } from '../claims/issuer.js'
-import { keepClaims, readScopes, type Principal } from './principal.js'
+import { audienceMatches, keepClaims, readScopes, type Principal } from './principal.js'
 import { tokenHash, type TokenCache } from './token-cache.js'
 
 /** A cached introspection answer: a principal, or why the token was refused (logged, and counted). */
@@ -42,11 +42,6 @@ function badResponse(detail: string, cause?: unknown): InvalidToken {
 function basicCredentials(clientId: string, secret: string): string {
   const encode = (value: string) => encodeURIComponent(value).replace(/%20/g, '+')
   return 'Basic ' + Buffer.from(`${encode(clientId)}:${encode(secret)}`).toString('base64')
-}
-
-function audienceMatches(aud: unknown, audience: readonly string[]): boolean {
-  if (typeof aud === 'string') return audience.includes(aud)
-  return Array.isArray(aud) && aud.some((value) => typeof value === 'string' && audience.includes(value))
 }
 
 export class IntrospectionClient {

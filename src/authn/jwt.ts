@@ -14,7 +14,7 @@ import { KeySetUnavailable, RemoteKeySet } from './jwks.js'
 import { UnusableKey, isSupportedAlgorithm, verifyJwsSignature } from './jws-verify.js'
 import { effectiveAlgorithms, issuerClaims, readClientId, readPermissions, unmetIssuerCondition, type IssuerClaims } from '../claims/issuer.js'
 import { readClaim } from '../claims/path.js'
-import { keepClaims, readScopes, type Principal } from './principal.js'
+import { audienceMatches, keepClaims, readScopes, type Principal } from './principal.js'
 
 /** The reason codes logged for a rejected JWT. */
 export type JwtRejection =
@@ -168,12 +168,6 @@ function numericDate(payload: JwtClaims, claim: 'exp' | 'nbf' | 'iat'): number |
   if (value === undefined) return undefined
   if (typeof value !== 'number' || !Number.isFinite(value)) throw rejectJwt('bad_claim')
   return value
-}
-
-/** RFC 7519 §4.1.3: one of the configured audiences, as the string or among the array's strings. */
-function audienceMatches(aud: unknown, audiences: readonly string[]): boolean {
-  if (typeof aud === 'string') return audiences.includes(aud)
-  return Array.isArray(aud) && audiences.some((audience) => aud.includes(audience))
 }
 
 /** RFC 7515 §4.1.9: `at+jwt` stands for `application/at+jwt`, compared without case. */

@@ -21,6 +21,12 @@ export interface Principal {
   readonly claims?: Readonly<Record<string, unknown>> | undefined
 }
 
+/** RFC 7519 §4.1.3: `aud` (a string, or an array of strings) names one of `accepted`. */
+export function audienceMatches(aud: unknown, accepted: readonly string[]): boolean {
+  if (typeof aud === 'string') return accepted.includes(aud)
+  return Array.isArray(aud) && aud.some((value) => typeof value === 'string' && accepted.includes(value))
+}
+
 /** The top-level claims named in `kept`, in an object with no prototype; undefined when none are kept. */
 export function keepClaims(claims: Readonly<Record<string, unknown>>, kept: readonly string[]): Record<string, unknown> | undefined {
   if (kept.length === 0) return undefined

@@ -1,14 +1,8 @@
 import type { IncomingHttpHeaders } from 'node:http'
-import type { Principal } from '../authn/principal.js'
+import { audienceMatches, type Principal } from '../authn/principal.js'
 import { unmetCondition, type CompiledConditions, type RequestFacts } from '../claims/conditions.js'
 import type { CompiledRule } from '../rules/compile.js'
 import { ClaimsNotSatisfied, InsufficientScope, InvalidToken } from '../errors/oauth-errors.js'
-
-/** `aud` (a string or an array of strings) names one of `accepted`. */
-function audienceIncludes(aud: unknown, accepted: readonly string[]): boolean {
-  if (typeof aud === 'string') return accepted.includes(aud)
-  return Array.isArray(aud) && aud.some((value) => typeof value === 'string' && accepted.includes(value))
-}
 
 /** Enforces the rule's `scopes.all` (every one) and `scopes.any` (at least one); throws InsufficientScope. */
 export function requireScopes(principal: Principal, rule: CompiledRule): void {
@@ -29,7 +23,7 @@ export function requireScopes(principal: Principal, rule: CompiledRule): void {
 /** RFC 8707 / RFC 9728: on a resource's routes, only a token issued for that resource (401: it is the wrong token). */
 export function requireAudience(principal: Principal, rule: CompiledRule): void {
   const resource = rule.resource
-  if (resource !== null && !audienceIncludes(principal.claims?.aud, resource.audiences)) {
+  if (resource !== null && !audienceMatches(principal.claims?.aud, resource.audiences)) {
     throw new InvalidToken(`wrong_resource: aud is not ${resource.identifier}`, undefined, 'wrong_audience')
   }
 }
