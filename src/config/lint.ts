@@ -1,4 +1,5 @@
 /** What the schema cannot say: references, overlaps, combinations, files that must exist. */
+import { isLoopbackHost } from './loopback.js'
 import { readable } from './files.js'
 import { fileURLToPath } from 'node:url'
 import type { GatewayConfig } from './schema.js'
@@ -29,11 +30,6 @@ function badUrl(value: string): boolean {
 
 function badPort(listen: string | undefined): boolean {
   return listen !== undefined && Number(listen.slice(listen.lastIndexOf(':') + 1)) > 65535
-}
-
-function isLoopbackHost(host: string): boolean {
-  const bare = host.replace(/^\[|\]$/g, '')
-  return bare === 'localhost' || bare === '::1' || /^127\./.test(bare)
 }
 
 /** The host of an http:// URL that is not loopback (127.0.0.0/8, ::1, localhost), else undefined. */

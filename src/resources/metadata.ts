@@ -4,6 +4,7 @@
  * names that URL in every 401 and `insufficient_scope` challenge of its routes (§5.1), and lets its routes
  * take only tokens issued for it (`aud` contains the identifier, RFC 8707, or one of its `audience`).
  */
+import { isLoopbackHost } from '../config/loopback.js'
 import type { GatewayConfig, ResourceConfig } from '../config/schema.js'
 
 export const WELL_KNOWN = '/.well-known/oauth-protected-resource'
@@ -23,11 +24,6 @@ export interface CompiledResource {
 export interface ResourceProblem {
   path: Array<string | number>
   message: string
-}
-
-function isLoopbackHost(hostname: string): boolean {
-  const bare = hostname.replace(/^\[|\]$/g, '')
-  return bare === 'localhost' || bare === '::1' || /^127\./.test(bare)
 }
 
 /**
