@@ -1,4 +1,4 @@
-// The request-path code issues 17 and 18 add to a JWT cache hit, measured alone (a measurement, not a test):
+// The request-path code issues 17, 18 and 19 add to a JWT cache hit, measured alone (a measurement, not a test):
 // each feature's calls against the same calls on a route without it, in one process, 5 alternating rounds.
 //   npm run build && taskset -c 0 node bench/features-micro.mjs
 // The end-to-end rows are d-claims, d-cors, d-resource and preflight in `npm run bench`; on this 2-vCPU VM
@@ -7,6 +7,8 @@
 //             two claim headers
 //   resource  authorize on a route of an RFC 9728 resource (the aud check)
 //   cors      the CORS answer for an allowed Origin + the response header list with the CORS headers
+//   implied   (issue 19) authorize with `scope_implies`, the token holding only a broader scope than the route's
+//   mcp-strip (issue 19) the upstream headers of a route with `mcp` (Authorization removed)
 import { compileRules } from '../dist/rules/compile.js'
 import { authorize } from '../dist/authz/scopes.js'
 import { buildUpstreamHeaders, createHeaderPolicy, responseHeaderList } from '../dist/forward/upstream-headers.js'
@@ -25,9 +27,12 @@ const configs = {
     claim_headers: { 'X-Area': 'area', 'X-Roles': 'realm_access.roles' } }] },
   resource: { ...base, routes: [plainRoute], resources: [{ resource: 'http://127.0.0.1:8080', routes: ['items'], audience: ['bench'] }] },
   cors: { ...base, routes: [plainRoute], cors: { allowed_origins: [ORIGIN] } },
+  implied: { ...base, routes: [plainRoute], scope_implies: { 'items:admin': ['items:write'], 'items:write': ['items:read'] } },
+  'mcp-strip': { ...base, routes: [{ ...plainRoute, mcp: { tools: { '*': { scopes: { all: ['items:read'] } } } } }] },
 }
 const principal = { issuer: 'https://i/', subject: 'u', clientId: 'c', scopes: ['items:read'], expiresAt: 1e10, jti: 'j',
   claims: { aud: 'bench', area: 'api', realm_access: { roles: ['items-reader', 'auditor'] } } }
+const adminPrincipal = { ...principal, scopes: ['items:admin'] }
 const req = { headers: { host: 'x', authorization: 'Bearer abc', accept: '*/*', 'user-agent': 'bench', origin: ORIGIN },
   socket: { remoteAddress: '127.0.0.1', localPort: 8080 } }
 const upstreamResponse = ['content-type', 'application/json', 'content-length', '2', 'date', 'Wed, 25 Nov 2026 16:00:00 GMT']
@@ -38,11 +43,14 @@ function setup(config) {
   const { rules, problems } = compileRules(config)
   if (problems.length > 0) throw new Error(JSON.stringify(problems))
   const plan = compileClaimPlan(config, rules)
-  return { rule: rules[0], policy: createHeaderPolicy(undefined, false, { names: plan.headerNames, byIssuer: plan.byIssuer }) }
+  const policy = createHeaderPolicy(undefined, false, { names: plan.headerNames, byIssuer: plan.byIssuer })
+  // As src/server/runtime.ts and pipeline.ts choose it.
+  const tokenless = { ...policy, removed: new Set([...policy.removed, 'authorization']) }
+  return { rule: rules[0], policy: rules[0].stripAuthorization ? tokenless : policy, principal: config.scope_implies ? adminPrincipal : principal }
 }
 
 /** One cache-hit request's feature-dependent work: authorize, upstream headers, response headers. */
-function once({ rule, policy }) {
+function once({ rule, policy, principal }) {
   authorize(principal, rule, req.headers, segments)
   const out = buildUpstreamHeaders(req, principal, policy, rule.claimHeaders)
   const list = responseHeaderList(upstreamResponse)
@@ -60,7 +68,7 @@ function nsPerCall(target, n = 1_000_000) {
 }
 
 const targets = Object.fromEntries(Object.entries(configs).map(([name, config]) => [name, setup(config)]))
-const rounds = { claims: [], resource: [], cors: [] }
+const rounds = { claims: [], resource: [], cors: [], implied: [], 'mcp-strip': [] }
 let plainNs = []
 for (let round = 0; round < 5; round++) {
   const plain = nsPerCall(targets.plain)
@@ -69,4 +77,4 @@ for (let round = 0; round < 5; round++) {
 }
 const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]
 console.log(`plain route (scopes, identity headers, response headers): ${(median(plainNs) / 1000).toFixed(3)} µs per request`)
-for (const [name, extra] of Object.entries(rounds)) console.log(`${name.padEnd(8)} adds ${(median(extra) / 1000).toFixed(3)} µs per request (median of 5 rounds)`)
+for (const [name, extra] of Object.entries(rounds)) console.log(`${name.padEnd(9)} adds ${(median(extra) / 1000).toFixed(3)} µs per request (median of 5 rounds)`)

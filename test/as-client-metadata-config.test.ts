@@ -25,15 +25,17 @@ describe('portcullis check: client_metadata_documents', () => {
 
   it('accepts every documented key', () => {
     expect(problems({ allowed_hosts: ['clients.example.org', '*.example.com'], scopes: ['mcp:tools'], max_size: '64kb', timeout: '5s',
-      cache_ttl: { min: '1m', max: '1d' }, allow_private_addresses: false })).toEqual([])
+      cache_ttl: { min: '1m', max: '1d' }, allow_private_addresses: false, redirect_uris: ['loopback', 'localhost', 'https', 'private_use'] })).toEqual([])
   })
 
-  it('refuses an oversized max_size, a long timeout, inverted cache bounds, bad host patterns and unknown keys', () => {
+  it('refuses an oversized max_size, a long timeout, inverted cache bounds, bad host patterns, unknown redirect URI forms and unknown keys', () => {
     expect(problems({ max_size: '65kb' })).toEqual([`${at}.max_size: must be between 256b and 64kb`])
     expect(problems({ timeout: '1m' })).toEqual([`${at}.timeout: must be between 100ms and 30s`])
     expect(problems({ cache_ttl: { min: '1h', max: '1m' } })).toEqual([`${at}.cache_ttl: min must not be greater than max`])
     expect(problems({ allowed_hosts: ['*', '*.com', 'a.*.example.com', 'https://x.example.com'] })).toHaveLength(4)
     expect(problems({ follow_redirects: true })).toHaveLength(1)
+    expect(problems({ redirect_uris: ['http'] })).toHaveLength(1)
+    expect(problems({ redirect_uris: [] })).toHaveLength(1)
   })
 
   it('warns about allow_private_addresses and about no scopes', () => {

@@ -11,12 +11,13 @@ import * as oauth from 'oauth4webapi'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
 import { ALICE, postForm } from './support/authserver.js'
 import { FormBrowser, field, responseParams } from './support/browser.js'
-import { allowRedeemAndRefresh } from './support/registration.js'
+import { allowRedeemAndRefresh, authorizationUrl } from './support/registration.js'
 
 type Gateway = RunningGateway & { issuer: string }
 type Handler = (request: IncomingMessage, response: ServerResponse) => void
 const insecure = { [oauth.allowInsecureRequests]: true } as const
 const LOOPBACK = 'http://127.0.0.1/callback'
+const LOCAL_WARNING = 'This application runs on your own computer. Approve only if you just started it yourself.'
 
 interface DocumentServer {
   /** `http://127.0.0.1:<port><path>` */
@@ -79,21 +80,9 @@ async function discover(gateway: Gateway): Promise<oauth.AuthorizationServer> {
   return oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { algorithm: 'oauth2', ...insecure }))
 }
 
-/** An authorization request URL for `clientId` (PKCE S256, state); returns it with its verifier and state. */
-async function authorizationUrl(gateway: Gateway, clientId: string, redirectUri = 'http://127.0.0.1:51004/callback') {
-  const verifier = oauth.generateRandomCodeVerifier()
-  const state = oauth.generateRandomState()
-  const url = new URL(`${gateway.issuer}/authorize`)
-  for (const [name, value] of Object.entries({
-    response_type: 'code', client_id: clientId, redirect_uri: redirectUri, scope: 'orders:read', state,
-    code_challenge: await oauth.calculatePKCECodeChallenge(verifier), code_challenge_method: 'S256',
-  })) url.searchParams.set(name, value)
-  return { url: url.href, verifier, state, redirectUri }
-}
-
 /** /authorize for a client whose document fails: an error page saying invalid_client, never a redirect. */
 async function expectRefusedPage(gateway: Gateway, clientId: string): Promise<string> {
-  const res = await new FormBrowser(gateway.url).get((await authorizationUrl(gateway, clientId)).url)
+  const res = await new FormBrowser(gateway.url).get((await authorizationUrl(gateway.issuer, clientId)).url)
   expect(res.status).toBe(400)
   expect(res.location).toBeUndefined()
   expect(res.text).toContain('invalid_client')
@@ -110,7 +99,7 @@ describe('Client ID Metadata Documents', () => {
     const gateway = await startAuthServerGateway({ clients: [], users: [] })
     context.onTestFinished(() => gateway.close())
     expect(await discover(gateway)).not.toHaveProperty('client_id_metadata_document_supported')
-    const res = await new FormBrowser(gateway.url).get((await authorizationUrl(gateway, clientId)).url)
+    const res = await new FormBrowser(gateway.url).get((await authorizationUrl(gateway.issuer, clientId)).url)
     expect([res.status, res.text.includes('not registered here')]).toEqual([400, true])
     expect(docs.hits.size).toBe(0)
   })
@@ -125,7 +114,7 @@ describe('Client ID Metadata Documents', () => {
     const as: oauth.AuthorizationServer = { ...discovered, authorization_response_iss_parameter_supported: true }
     const client: oauth.Client = { client_id: clientId }
 
-    const { url, verifier, state, redirectUri } = await authorizationUrl(gateway, clientId)
+    const { url, verifier, state, redirectUri } = await authorizationUrl(gateway.issuer, clientId)
     const browser = new FormBrowser(gateway.url)
     const login = await browser.get((await browser.get(url)).location!)
     expect(login.text).toContain('Sign in to continue to Docs CLI.')
@@ -135,10 +124,12 @@ describe('Client ID Metadata Documents', () => {
     expect(consent.text).toContain('identified only by <strong>127.0.0.1:')
     expect(consent.text).toContain('its name is not verified')
     expect(consent.text).toContain('an application on this computer (127.0.0.1:51004)')
+    // MCP Security Considerations: a document client answered only on this computer gets a warning.
+    expect(consent.text).toContain(LOCAL_WARNING)
     await allowRedeemAndRefresh({ gateway, browser, consent, as, client, redirectUri, state, verifier, scope: 'orders:read' })
 
     // A second authorization within max-age: no second fetch. A scope outside the document's is refused as for any client.
-    const second = await authorizationUrl(gateway, clientId)
+    const second = await authorizationUrl(gateway.issuer, clientId)
     expect((await browser.get(second.url)).location).toContain('/consent?')
     const wider = new URL(second.url)
     wider.searchParams.set('scope', 'orders:write')
@@ -153,11 +144,11 @@ describe('Client ID Metadata Documents', () => {
     docs.serve('/short.json', json(documentFor(clientId), { 'cache-control': 'max-age=1' }))
     const gateway = await start(context, { cache_ttl: { min: '0s', max: '1h' } })
     const browser = new FormBrowser(gateway.url)
-    expect((await browser.get((await authorizationUrl(gateway, clientId)).url)).location).toContain('/login?')
-    expect((await browser.get((await authorizationUrl(gateway, clientId)).url)).location).toContain('/login?')
+    expect((await browser.get((await authorizationUrl(gateway.issuer, clientId)).url)).location).toContain('/login?')
+    expect((await browser.get((await authorizationUrl(gateway.issuer, clientId)).url)).location).toContain('/login?')
     expect(docs.hits.get('/short.json')).toBe(1)
     await new Promise((resolve) => setTimeout(resolve, 1100))
-    expect((await browser.get((await authorizationUrl(gateway, clientId)).url)).location).toContain('/login?')
+    expect((await browser.get((await authorizationUrl(gateway.issuer, clientId)).url)).location).toContain('/login?')
     expect(docs.hits.get('/short.json')).toBe(2)
   })
 
@@ -183,7 +174,7 @@ describe('Client ID Metadata Documents', () => {
     const clientId = docs.url('/client.json')
     docs.serve('/client.json', json(documentFor(clientId)))
     const gateway = await start(context)
-    const res = await new FormBrowser(gateway.url).get((await authorizationUrl(gateway, clientId, 'https://evil.example/callback')).url)
+    const res = await new FormBrowser(gateway.url).get((await authorizationUrl(gateway.issuer, clientId, 'https://evil.example/callback')).url)
     expect([res.status, res.location]).toEqual([400, undefined])
     expect(res.text).toContain('The address to return to is not registered for this application')
   })
@@ -275,5 +266,50 @@ describe('Client ID Metadata Documents', () => {
       gateway.logs.length = 0
       expect(await expectRefusedPage(gateway, docs.url(path))).toContain(reason)
     }
+  })
+
+  it('refuses a localhost redirect URI unless redirect_uris lists localhost (issue 19), and its look-alikes even then', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/localhost.json')
+    docs.serve('/localhost.json', json(documentFor(clientId, { redirect_uris: ['http://localhost/callback'] })))
+    const closed = await start(context)
+    expect(await expectRefusedPage(closed, clientId)).toContain('localhost redirect URIs may not be registered here')
+
+    const open = await start(context, { redirect_uris: ['loopback', 'localhost', 'https', 'private_use'] })
+    // A port of the client's choosing, as for loopback IP literals; never the other host.
+    const browser = new FormBrowser(open.url)
+    expect((await browser.get((await authorizationUrl(open.issuer, clientId, 'http://localhost:51004/callback')).url)).location).toContain('/login?')
+    const swapped = await browser.get((await authorizationUrl(open.issuer, clientId, 'http://127.0.0.1:51004/callback')).url)
+    expect([swapped.status, swapped.location]).toEqual([400, undefined])
+    const alikes = ['http://LOCALHOST/callback', 'http://localhost./callback', 'http://localhost.evil.com/callback', 'http://127.0.0.1.nip.io/callback',
+      'http://user@localhost/callback', 'http://localhost:0/callback', 'http://localhost:05555/callback', 'http://localhos%74/callback']
+    for (const [index, uri] of alikes.entries()) {
+      const path = `/alike-${index}.json`
+      docs.serve(path, json(documentFor(docs.url(path), { redirect_uris: [uri] })))
+      open.logs.length = 0
+      expect(await expectRefusedPage(open, docs.url(path)), uri).toContain('a redirect URI ')
+    }
+  })
+
+  it('keeps every form but localhost by default, and only the listed ones when redirect_uris is set', async (context) => {
+    const docs = await startDocumentServer(context)
+    const mixed = docs.url('/mixed.json')
+    docs.serve('/mixed.json', json(documentFor(mixed, { redirect_uris: ['https://app.example.com/callback', LOOPBACK, 'com.example.app:/callback'] })))
+    const gateway = await start(context)
+    expect((await new FormBrowser(gateway.url).get((await authorizationUrl(gateway.issuer, mixed)).url)).location).toContain('/login?')
+    const httpsOnly = await start(context, { redirect_uris: ['https'] })
+    expect(await expectRefusedPage(httpsOnly, mixed)).toContain('loopback redirect URIs may not be registered here')
+  })
+
+  it('does not warn on the consent page for a document client that can also be answered over https', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/web.json')
+    docs.serve('/web.json', json(documentFor(clientId, { redirect_uris: ['https://app.example.com/callback', LOOPBACK] })))
+    const gateway = await start(context)
+    const browser = new FormBrowser(gateway.url)
+    const login = await browser.get((await browser.get((await authorizationUrl(gateway.issuer, clientId)).url)).location!)
+    const consent = await browser.get((await browser.post('/login', { _csrf: field(login, '_csrf'), interaction: field(login, 'interaction'), ...ALICE })).location!)
+    expect(consent.text).toContain('identified only by <strong>127.0.0.1:')
+    expect(consent.text).not.toContain(LOCAL_WARNING)
   })
 })

@@ -20,7 +20,7 @@ const machine = (extra: Record<string, unknown> = {}) =>
 const REFUSED: ReadonlyArray<[string, unknown, 'invalid_redirect_uri' | 'invalid_client_metadata']> = [
   ['a fragment', code([`${HTTPS}#frag`]), 'invalid_redirect_uri'],
   ['http off loopback', code(['http://app.example.com/cb']), 'invalid_redirect_uri'],
-  ['http://localhost (A-04: IP literals only)', code(['http://localhost:8080/cb']), 'invalid_redirect_uri'],
+  ['http://localhost, which the default forms leave out (A-04; opt-in: as-localhost-redirect.test.ts)', code(['http://localhost:8080/cb']), 'invalid_redirect_uri'],
   ['javascript:', code(['javascript:alert(1)']), 'invalid_redirect_uri'],
   ['JavaScript: in another case', code(['JavaScript:alert(1)']), 'invalid_redirect_uri'],
   ['data:', code(['data:text/html,<script>alert(1)</script>']), 'invalid_redirect_uri'],
@@ -90,11 +90,12 @@ describe('registration policy (RFC 7591 §3.2.2)', () => {
     expect(await storedRegistrations(gateway)).toEqual([])
   })
 
-  it('refuses what the restrictive policy leaves out: confidential clients, https and private-use URIs, other grants', async () => {
+  it('refuses what the restrictive policy leaves out: confidential clients, https, private-use and localhost URIs, other grants', async () => {
     for (const [body, error] of [
       [code([LOOPBACK], { token_endpoint_auth_method: 'client_secret_basic' }), 'invalid_client_metadata'],
       [code([HTTPS]), 'invalid_redirect_uri'],
       [code(['com.example.app:/callback']), 'invalid_redirect_uri'],
+      [code(['http://localhost:8080/callback']), 'invalid_redirect_uri'],
       [code([LOOPBACK], { grant_types: ['authorization_code', 'refresh_token'] }), 'invalid_client_metadata'],
     ] as const) {
       const res = await register(restrictive, body)
@@ -190,6 +191,7 @@ describe('portcullis check: registration', () => {
     expect(problems({ unused_expiry: '30s' })).toEqual([`${at}.unused_expiry: must be at least 1m`])
     expect(problems({ policy: { grant_types: ['password'] } })).toHaveLength(1)
     expect(problems({ policy: { redirect_uris: ['http'] } })).toHaveLength(1)
+    expect(problems({ policy: { redirect_uris: ['loopback', 'localhost'] } })).toEqual([])
     expect(problems({ initial_access_token: 'short' })).toEqual([`${at}.initial_access_token: must NOT have fewer than 16 characters`])
     expect(problems({ policy: { scopes: ['orders:read'] }, unused_expiry: '1d', rate: { registrations: 5, window: '10m' } })).toEqual([])
   })

@@ -1,10 +1,11 @@
 /**
  * RFC 8707 resource indicators at the embedded server (issue 18), continued: the device flow (`resource`
  * at /device_authorization, shown on the /device page, narrowed by the poll), client_credentials and
- * password unchanged (resources asked at /token), and abuse: every `resource` that is not exactly a
- * configured identifier is invalid_target at /authorize, /token and /device_authorization alike (RFC 8707
- * §2: absolute URI, no fragment; exact string comparison, as redirect URIs, A-03), G-06 for empty values,
- * and many repeated values. test/as-resource-indicators.test.ts has the code flow and refresh.
+ * password unchanged (resources asked at /token), and abuse: every `resource` that is not a configured
+ * identifier is invalid_target at /authorize, /token and /device_authorization alike (RFC 8707 §2: absolute
+ * URI, no fragment; exact string comparison, as redirect URIs, A-03, but for the case of scheme and host,
+ * issue 19, whose look-alikes are refused too), G-06 for empty values, and many repeated values.
+ * test/as-resource-indicators.test.ts has the code flow and refresh.
  */
 import { describe, expect, it, type TestContext } from 'vitest'
 import { decodeJwt } from 'jose'
@@ -80,9 +81,13 @@ async function authorize(t: Setup, resources: readonly string[]) {
   return new FormBrowser(t.gateway.url).get(`/authorize?${query}`)
 }
 
-/** RFC 8707 §2 and exact matching: none of these is a configured identifier. */
+/**
+ * RFC 8707 §2 and exact matching but for the case of scheme and host: none of these is a configured identifier.
+ * Several are what the WHATWG URL parser would turn into one (`%2e`, full-width letters, a tab, a default port).
+ */
 function abusive(t: Setup): Array<[string, string]> {
   const host = new URL(t.origin).host
+  const otherPort = t.orders.replace(/:(\d+)\//, (_match, port: string) => `:${Number(port) + 1}/`)
   return [
     ['a fragment', `${t.orders}#part`],
     ['a bare fragment', '#'],
@@ -91,7 +96,22 @@ function abusive(t: Setup): Array<[string, string]> {
     ['no scheme', `${host}/api`],
     ['a trailing slash', `${t.orders}/`],
     ['upper-case path', t.orders.replace(/\/api$/, '/API')],
-    ['upper-case scheme', t.orders.replace(/^http:/, 'HTTP:')],
+    ['upper-case scheme and path', t.orders.replace(/^http:/, 'HTTP:').replace(/\/api$/, '/API')],
+    ['upper-case host and a trailing slash', 'HTTPS://API.EXAMPLE.COM/'],
+    ['a full-width host', 'https://\uff41\uff50\uff49.example.com'],
+    ['a Cyrillic look-alike host', 'https://\u0430pi.example.com'],
+    ['a dotted capital I, which lowercases to i and a combining dot', 'HTTPS://AP\u0130.EXAMPLE.COM'],
+    ['%2e in the host', 'https://api%2eexample.com'],
+    ['%2e as a dot segment', t.orders.replace(/\/api$/, '/%2e/api')],
+    ['a trailing dot in the host', 'https://api.example.com.'],
+    ['a trailing dot in an upper-case host', 'HTTPS://API.EXAMPLE.COM.'],
+    ['the default port written out', 'https://api.example.com:443'],
+    ['another port', otherPort],
+    ['user information', 'https://user@api.example.com'],
+    ['user information before an upper-case host', 'HTTPS://evil.example@API.EXAMPLE.COM'],
+    ['a tab in the host', 'https://api.exam\tple.com'],
+    ['backslashes for slashes', 'https:\\\\API.EXAMPLE.COM'],
+    ['an upper-case host with a fragment', 'HTTPS://API.EXAMPLE.COM#x'],
     ['localhost for 127.0.0.1', t.orders.replace('127.0.0.1', 'localhost')],
     ['a dot segment', `${t.orders}/.`],
     ['percent-encoding', t.orders.replace(/\/api$/, '/%61pi')],
@@ -141,6 +161,40 @@ describe('resource values that are not exactly a configured identifier', () => {
     const redirected = await authorize(t, [...repeated, ...unknown])
     expect(responseParams(redirected.location).get('error')).toBe('invalid_target')
     expect(redirected.location).not.toContain('evil.example')
+  })
+})
+
+describe('resource values whose scheme or host differ only in case (MCP 2026-07-28, Canonical Server URI)', () => {
+  const upperOrders = (t: Setup) => t.orders.replace(/^http:/, 'HTTP:')
+
+  it('name the configured identifier: aud is always its configured spelling, and differently cased values count once', async (context) => {
+    const t = await start(context)
+    const aud = async (resources: string[]) => decodeJwt((await clientCredentials(t, resources)).body.access_token as string).aud
+    expect(await aud(['HTTPS://API.EXAMPLE.COM'])).toBe(DEFAULT_AUDIENCE)
+    expect(await aud(['hTtPs://Api.Example.Com', upperOrders(t)])).toEqual([DEFAULT_AUDIENCE, t.orders])
+    expect(await aud([DEFAULT_AUDIENCE, 'HTTPS://API.EXAMPLE.COM', 'https://API.example.com'])).toBe(DEFAULT_AUDIENCE)
+  })
+
+  it('at /authorize the grant and the consent page have the configured spelling', async (context) => {
+    const t = await start(context)
+    const res = await authorize(t, [upperOrders(t)])
+    expect(res.location).toContain('/login?interaction=')
+    const browser = new FormBrowser(t.gateway.url)
+    const login = await browser.get(res.location!)
+    const consent = await browser.get((await browser.post('/login', { _csrf: field(login, '_csrf'), interaction: field(login, 'interaction'), ...ALICE })).location!)
+    expect(consent.text).toContain(`<strong>${t.orders}</strong>`)
+    expect(consent.text).not.toContain('HTTP:')
+  })
+
+  it('a device grant named in upper case is narrowed by a poll in another case, and its tokens carry the configured spelling', async (context) => {
+    const t = await start(context)
+    const device = (await deviceAuthorization(t, [upperOrders(t), 'HTTPS://API.EXAMPLE.COM'])).body as { device_code: string; user_code: string }
+    const ctx = t.gateway.app.authServer!.ctx
+    expect(await approveDeviceCode(ctx, device.user_code, { sub: 'alice', authTime: Math.floor(ctx.now() / 1000) })).toBe(true)
+    const poll = (resources: string[]) => post(t, '/token', { grant_type: DEVICE_GRANT, device_code: device.device_code, client_id: tv.client_id }, resources)
+    // Configured, but not granted: as outside the grant in any case as in its own.
+    expect(refusal(await poll([t.billing.replace(/^http:/, 'HTTP:')]))).toEqual([400, 'invalid_target'])
+    expect(decodeJwt((await poll(['https://Api.Example.com'])).body.access_token as string).aud).toBe(DEFAULT_AUDIENCE)
   })
 })
 

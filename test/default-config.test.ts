@@ -50,7 +50,7 @@ describe('the default config and the README sessions', () => {
     })
     const anonymous = await fetch(`${gateway.url}/api/orders/42`)
     expect(anonymous.headers.get('www-authenticate'))
-      .toBe(`Bearer realm="portcullis", resource_metadata="${gateway.url}/.well-known/oauth-protected-resource"`)
+      .toBe(`Bearer realm="portcullis", scope="echo:read", resource_metadata="${gateway.url}/.well-known/oauth-protected-resource"`)
     const tokens = await postForm(gateway, '/token', { grant_type: 'client_credentials', scope: 'echo:read', resource: gateway.url },
       { authorization: basic('demo-service', 'demo-secret-change-me') })
     expect(tokens.status).toBe(200)

@@ -7,6 +7,7 @@
 import * as oauth from 'oauth4webapi'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { ConfigError, loadConfig } from '../src/config/load.js'
+import { configWarnings } from '../src/config/lint.js'
 import { basic, postForm } from './support/authserver.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
@@ -109,14 +110,22 @@ describe('RFC 9728 metadata documents', () => {
 })
 
 describe('resource_metadata in challenges (§5.1)', () => {
-  it('is in the 401 without a token and with a bad one, on each resource its own URL', async () => {
+  it('is in the 401 without a token and with a bad one, on each resource its own URL, after the scopes the route asks for', async () => {
+    // MCP 2026-07-28, Scope Selection Strategy: the 401 names the route's scopes (every `all`, the first `any`).
     expect((await call('/api/x')).headers.get('www-authenticate'))
-      .toBe(`Bearer realm="test", resource_metadata="${ROOT_METADATA()}"`)
+      .toBe(`Bearer realm="test", scope="echo:read", resource_metadata="${ROOT_METADATA()}"`)
     expect((await call('/orders/1')).headers.get('www-authenticate'))
-      .toBe(`Bearer realm="test", resource_metadata="${ORDERS_METADATA()}"`)
+      .toBe(`Bearer realm="test", scope="orders:read", resource_metadata="${ORDERS_METADATA()}"`)
+    expect((await call('/orders/admin/1')).headers.get('www-authenticate'))
+      .toBe(`Bearer realm="test", scope="orders:admin", resource_metadata="${ORDERS_METADATA()}"`)
     const bad = await call('/orders/1', 'not-a-token')
     expect(bad.status).toBe(401)
-    expect(bad.headers.get('www-authenticate')).toMatch(/error="invalid_token", .*, resource_metadata="[^"]+\/oauth-protected-resource\/orders"$/)
+    expect(bad.headers.get('www-authenticate'))
+      .toMatch(/error="invalid_token", .*, scope="orders:read", resource_metadata="[^"]+\/oauth-protected-resource\/orders"$/)
+    // The token of another resource is the wrong token: a 401 that names this route's scopes too.
+    const wrong = await call('/orders/1', await token(base, 'echo:read orders:read'))
+    expect(wrong.status).toBe(401)
+    expect(wrong.headers.get('www-authenticate')).toContain(`scope="orders:read", resource_metadata="${ORDERS_METADATA()}"`)
     expect(upstream.requests).toHaveLength(0)
   })
 
@@ -218,5 +227,11 @@ describe('check', () => {
       .toEqual(['resources[0].routes[1]: unknown route id "nope"', 'resources[1].routes[0]: route "a" is already in the resource https://api.example.com'])
     expect(problems(config('  - { resource: "https://api.example.com/x", routes: [a] }\n  - { resource: "https://api.example.com/x", routes: [b] }\n')))
       .toEqual(['resources[1].resource: has the same metadata URL as https://api.example.com/x'])
+  })
+
+  it('warns when a resource names no authorization server and none is known (MCP clients need one)', () => {
+    const text = config('  - { resource: "https://api.example.com", routes: [a] }\n  - { resource: "https://api.example.com/b", routes: [b], authorization_servers: ["https://as.example.com"] }\n')
+    expect(configWarnings(loadConfig('gw.yaml', text, {})).filter((warning) => warning.startsWith('resources')))
+      .toEqual(['resources[0] (https://api.example.com) names no authorization server: set authorization_servers, enable authorization_server, or give an issuer discovery: true; clients (MCP\'s among them) cannot find where to get a token'])
   })
 })

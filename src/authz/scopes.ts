@@ -2,20 +2,25 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { audienceMatches, type Principal } from '../authn/principal.js'
 import { unmetCondition, type CompiledConditions, type RequestFacts } from '../claims/conditions.js'
 import type { CompiledRule } from '../rules/compile.js'
+import { holdsScope } from './hierarchy.js'
 import { ClaimsNotSatisfied, InsufficientScope, InvalidToken } from '../errors/oauth-errors.js'
 
-/** Enforces the rule's `scopes.all` (every one) and `scopes.any` (at least one); throws InsufficientScope. */
+/**
+ * Enforces the rule's `scopes.all` (every one) and `scopes.any` (at least one), each held itself or through a
+ * scope that implies it (`scope_implies`); throws InsufficientScope.
+ */
 export function requireScopes(principal: Principal, rule: CompiledRule): void {
   const granted = principal.scopes
+  const impliedBy = rule.impliedBy
   // Runs on every request: a loop, and the list of what is missing only when something is.
   for (const scope of rule.scopesAll) {
-    if (!granted.includes(scope)) {
-      const missing = rule.scopesAll.filter((wanted) => !granted.includes(wanted))
+    if (!granted.includes(scope) && !holdsScope(granted, scope, impliedBy)) {
+      const missing = rule.scopesAll.filter((wanted) => !holdsScope(granted, wanted, impliedBy))
       throw new InsufficientScope(rule.scopesAll, `missing ${missing.join(' ')}`, 'scopes.all')
     }
   }
   const any = rule.scopesAny
-  if (any !== null && !any.some((scope) => granted.includes(scope))) {
+  if (any !== null && !any.some((scope) => holdsScope(granted, scope, impliedBy))) {
     throw new InsufficientScope(any, `none of ${any.join(' ')}`, 'scopes.any')
   }
 }

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url'
 import type { GatewayConfig } from './schema.js'
 import { compileRules, type RuleProblem } from '../rules/compile.js'
 import { compileClaimPlan } from '../claims/plan.js'
-import { compileResources } from '../resources/metadata.js'
+import { compileResources, defaultAuthorizationServers } from '../resources/metadata.js'
 import { lintCors } from '../cors/lint.js'
 import { lintMcp } from '../mcp/compile.js'
 import { authorizationServerWarnings, lintAuthorizationServer } from './lint-authserver.js'
@@ -185,6 +185,12 @@ export function configWarnings(config: GatewayConfig): string[] {
   if (asHost !== undefined) {
     warnings.push(`authorization_server.issuer uses http:// off loopback (${asHost}): tokens and client secrets would cross the network in clear text`)
   }
+  // RFC 9728 makes `authorization_servers` optional; MCP clients (Authorization Server Discovery) need one.
+  ;(config.resources ?? []).forEach((resource, index) => {
+    if (resource.authorization_servers === undefined && defaultAuthorizationServers(config).length === 0) {
+      warnings.push(`resources[${index}] (${resource.resource}) names no authorization server: set authorization_servers, enable authorization_server, or give an issuer discovery: true; clients (MCP's among them) cannot find where to get a token`)
+    }
+  })
   warnings.push(...authorizationServerWarnings(config))
   return warnings
 }

@@ -231,6 +231,9 @@ const User = Strict({
   claims: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
 })
 
+// Issue 19: the redirect URI forms a registration or a metadata document may use (authserver/registration/redirect-uris.ts).
+const RedirectUriForms = Type.Array(StringEnum(['loopback', 'localhost', 'https', 'private_use'] as const), { minItems: 1 })
+
 const AuthorizationServer = Strict({
   enabled: Type.Boolean(),
   issuer: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+(/[^?#]*)?$', 'x-message': 'must be an http(s) URL without query or fragment' })),
@@ -271,7 +274,7 @@ const AuthorizationServer = Strict({
     initial_access_token: Type.Optional(Type.String({ minLength: 16 })),
     policy: Type.Optional(Strict({
       client_types: Type.Optional(Type.Array(StringEnum(['public', 'confidential'] as const), { minItems: 1 })),
-      redirect_uris: Type.Optional(Type.Array(StringEnum(['loopback', 'https', 'private_use'] as const), { minItems: 1 })),
+      redirect_uris: Type.Optional(RedirectUriForms),
       grant_types: Type.Optional(Type.Array(StringEnum(['authorization_code', 'refresh_token', 'client_credentials',
         'urn:ietf:params:oauth:grant-type:device_code'] as const, 'must be authorization_code, refresh_token, client_credentials or urn:ietf:params:oauth:grant-type:device_code'),
       { minItems: 1 })),
@@ -292,6 +295,7 @@ const AuthorizationServer = Strict({
     timeout: Type.Optional(Duration),
     cache_ttl: Type.Optional(Strict({ min: Type.Optional(Duration), max: Type.Optional(Duration) })),
     allow_private_addresses: Type.Optional(Type.Boolean()),
+    redirect_uris: Type.Optional(RedirectUriForms),
     // PEM CAs trusted for document hosts instead of the system's (a private CA); relative to the config file.
     ca_file: Type.Optional(NonEmpty),
   })),
@@ -328,6 +332,8 @@ export const GatewayConfigSchema = Strict({
   audit: Type.Optional(Audit),
   resources: Type.Optional(Type.Array(Resource)),
   cors: Type.Optional(Cors),
+  /** Scope hierarchies (issue 19, src/authz/hierarchy.ts): a scope → the narrower scopes it implies. */
+  scope_implies: Type.Optional(Type.Record(Type.String({ minLength: 1 }), Type.Array(NonEmpty, { minItems: 1 }))),
 })
 
 export type GatewayConfig = Static<typeof GatewayConfigSchema>

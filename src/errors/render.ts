@@ -7,27 +7,39 @@ function quote(value: string): string {
   return '"' + value.replace(/["\\\r\n]/g, '') + '"'
 }
 
-/**
- * The RFC 6750 challenge; on a protected resource's routes (RFC 9728 §5.1), every 401 and the 403
- * `insufficient_scope` also name its metadata: `resource_metadata="https://…/.well-known/oauth-protected-resource"`.
- */
-export function challengeFor(error: GatewayError, realm: string, resourceMetadata?: string): string | undefined {
-  if (!error.challenge) return undefined
-  let header = `Bearer realm=${quote(realm)}`
-  const metadata = resourceMetadata !== undefined && (error.status === 401 || error instanceof InsufficientScope)
-    ? `, resource_metadata=${quote(resourceMetadata)}` : ''
-  if (error instanceof MissingToken) return header + metadata  // RFC 6750 §3.1: no error code when no token was sent
-  header += `, error=${quote(error.code)}, error_description=${quote(error.description)}`
-  if (error instanceof InsufficientScope) header += `, scope=${quote(error.required.join(' '))}`
-  return header + metadata
+/** What a protected resource's routes add to their challenges (RFC 9728 §5.1; MCP 2026-07-28, Scope Selection Strategy). */
+export interface ResourceChallenge {
+  /** `resource_metadata`: the resource's metadata URL. */
+  readonly metadataUrl: string
+  /** `scope` on a 401: what the route asks for, so a client requests that at once; undefined when it asks for none. */
+  readonly scope: string | undefined
 }
 
-export function errorHeaders(error: GatewayError, realm: string, resourceMetadata?: string): Record<string, string> {
+/**
+ * The RFC 6750 challenge; on a protected resource's routes (RFC 9728 §5.1), every 401 and the 403
+ * `insufficient_scope` also name its metadata: `resource_metadata="https://…/.well-known/oauth-protected-resource"`,
+ * and a 401 the scopes the route asks for (RFC 6750 §3 allows `scope` on any challenge).
+ */
+export function challengeFor(error: GatewayError, realm: string, resource?: ResourceChallenge): string | undefined {
+  if (!error.challenge) return undefined
+  let header = `Bearer realm=${quote(realm)}`
+  let extra = ''
+  if (resource !== undefined && (error.status === 401 || error instanceof InsufficientScope)) {
+    if (error.status === 401 && resource.scope !== undefined) extra += `, scope=${quote(resource.scope)}`
+    extra += `, resource_metadata=${quote(resource.metadataUrl)}`
+  }
+  if (error instanceof MissingToken) return header + extra  // RFC 6750 §3.1: no error code when no token was sent
+  header += `, error=${quote(error.code)}, error_description=${quote(error.description)}`
+  if (error instanceof InsufficientScope) header += `, scope=${quote(error.required.join(' '))}`
+  return header + extra
+}
+
+export function errorHeaders(error: GatewayError, realm: string, resource?: ResourceChallenge): Record<string, string> {
   const headers: Record<string, string> = {
     'content-type': 'application/json; charset=utf-8',
     'cache-control': 'no-store',
   }
-  const challenge = challengeFor(error, realm, resourceMetadata)
+  const challenge = challengeFor(error, realm, resource)
   if (challenge) headers['www-authenticate'] = challenge
   if (error instanceof MethodNotAllowed) headers.allow = error.allow.join(', ')
   if (error instanceof TemporarilyUnavailable) headers['retry-after'] = String(error.retryAfterSeconds)
@@ -42,14 +54,14 @@ export function errorBody(error: GatewayError): string {
  * @param cors the CORS headers of the request's origin on its route (issue 18, src/cors/), when the gateway
  *   answers CORS there: a SPA reads its refusals (and their challenge) too
  */
-export function renderError(res: ServerResponse, error: GatewayError, realm: string, closeConnection = false, resourceMetadata?: string,
+export function renderError(res: ServerResponse, error: GatewayError, realm: string, closeConnection = false, resource?: ResourceChallenge,
   cors?: Readonly<Record<string, string>>): void {
   if (res.headersSent) {
     res.destroy()
     return
   }
   const body = errorBody(error)
-  const headers = errorHeaders(error, realm, resourceMetadata)
+  const headers = errorHeaders(error, realm, resource)
   if (cors !== undefined) Object.assign(headers, cors)
   headers['content-length'] = String(Buffer.byteLength(body))
   if (closeConnection) headers.connection = 'close'
@@ -59,9 +71,9 @@ export function renderError(res: ServerResponse, error: GatewayError, realm: str
 
 /** For upgrade requests: the socket has no ServerResponse, so write the HTTP/1.1 response by hand. */
 export function renderErrorOnSocket(socket: NodeJS.WritableStream & { destroy(): void }, error: GatewayError, realm: string,
-  resourceMetadata?: string): void {
+  resource?: ResourceChallenge): void {
   const body = errorBody(error)
-  const headers = { ...errorHeaders(error, realm, resourceMetadata), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
+  const headers = { ...errorHeaders(error, realm, resource), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
   const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join('\r\n')
   socket.end(`HTTP/1.1 ${error.status} ${STATUS_TEXT[error.status] ?? 'Error'}\r\n${head}\r\n\r\n${body}`)
 }

@@ -6,6 +6,7 @@
  * (403 access_denied), the route's first.
  */
 import type { Principal } from '../authn/principal.js'
+import { holdsScope, type ImpliedBy } from '../authz/hierarchy.js'
 import { requireConditions } from '../authz/scopes.js'
 import type { RequestFacts } from '../claims/conditions.js'
 import { InsufficientScope, MissingToken } from '../errors/oauth-errors.js'
@@ -44,21 +45,22 @@ export function rulesFor(mcp: CompiledMcp, message: McpMessage): McpRule[] {
  * member the token holds (it is still needed) or, when it holds none, the whole list (as a route's `any`).
  * The condition label is the first set that failed.
  */
-function requireScopeSets(granted: readonly string[], sets: readonly ScopeSet[]): void {
+function requireScopeSets(granted: readonly string[], sets: readonly ScopeSet[], impliedBy: ImpliedBy | null): void {
+  const holds = (scope: string) => holdsScope(granted, scope, impliedBy)
   let failed: string | undefined
   for (const set of sets) {
-    if (failed === undefined && set.all.some((scope) => !granted.includes(scope))) failed = `${set.label}.all`
-    if (failed === undefined && set.any !== null && !set.any.some((scope) => granted.includes(scope))) failed = `${set.label}.any`
+    if (failed === undefined && !set.all.every(holds)) failed = `${set.label}.all`
+    if (failed === undefined && set.any !== null && !set.any.some(holds)) failed = `${set.label}.any`
   }
   if (failed === undefined) return
   const required = new Set<string>()
   for (const set of sets) {
     for (const scope of set.all) required.add(scope)
     if (set.any === null) continue
-    const held = set.any.find((scope) => granted.includes(scope))
+    const held = set.any.find(holds)
     for (const scope of held !== undefined ? [held] : set.any) required.add(scope)
   }
-  const missing = [...required].filter((scope) => !granted.includes(scope))
+  const missing = [...required].filter((scope) => !holds(scope))
   throw new InsufficientScope([...required], `${failed}: missing ${missing.join(' ')}`, failed)
 }
 
@@ -78,7 +80,7 @@ export function authorizeMessage(principal: Principal | undefined, rule: Compile
   requireScopeSets(principal.scopes, [
     { label: 'scopes', all: rule.scopesAll, any: rule.scopesAny },
     ...rules.map((mcpRule) => ({ label: `${mcpRule.label}.scopes`, all: mcpRule.scopesAll, any: mcpRule.scopesAny })),
-  ])
+  ], rule.impliedBy)
   if (rule.claims !== null) requireConditions(rule.claims, principal, request)
   for (const mcpRule of rules) if (mcpRule.claims !== null) requireConditions(mcpRule.claims, principal, request, `${mcpRule.label}.claims`)
   return rules

@@ -51,7 +51,7 @@ export function metadataPathOf(identifier: URL): string {
  * `discovery: true` (clients fetch an authorization server's RFC 8414 metadata; an issuer configured with a
  * JWKS alone may publish none, so naming it would send clients nowhere).
  */
-function defaultAuthorizationServers(config: GatewayConfig): string[] {
+export function defaultAuthorizationServers(config: GatewayConfig): string[] {
   const servers: string[] = []
   const embedded = config.authorization_server?.enabled ? config.authorization_server.issuer : undefined
   if (embedded !== undefined) servers.push(embedded)

@@ -13,6 +13,8 @@ import type { ClaimPath } from '../claims/path.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
 import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js'
 import { compileMcp, mcpClaimPaths, type CompiledMcp } from '../mcp/compile.js'
+import { compileScopeImplies, type ImpliedBy } from '../authz/hierarchy.js'
+import type { ResourceChallenge } from '../errors/render.js'
 import { pathProblem } from './normalize.js'
 import { canonicalSegment } from './segments.js'
 
@@ -34,17 +36,26 @@ export interface CompiledRule {
   readonly auth: AuthMode
   readonly scopesAll: readonly string[]
   readonly scopesAny: readonly string[] | null
+  /** `scope_implies:` (issue 19), the same for every route; null when there is none. */
+  readonly impliedBy: ImpliedBy | null
   /** `claims:` (issue 17); null when the route has none. */
   readonly claims: CompiledConditions | null
   /** `claim_headers:` (issue 17); null when the route has none. */
   readonly claimHeaders: readonly ClaimHeader[] | null
   /** The RFC 9728 resource the route belongs to (`resources[].routes`, issue 18); null when none. */
   readonly resource: CompiledResource | null
+  /** What the route's challenges add when it belongs to a resource (its metadata URL, and its scopes on a 401). */
+  readonly challenge: ResourceChallenge | null
   readonly maxBodySize: number
   /** CORS for the requests this route serves (issue 18): null when off (no `cors` anywhere, or `cors: false`). */
   readonly cors: CorsPolicy | null
   /** `mcp:` (issue 19): rules by tool, prompt and method for the route's POSTs; null when the route has none. */
   readonly mcp: CompiledMcp | null
+  /**
+   * Remove `Authorization` on this route although the header policy keeps it: an `mcp` route when
+   * `forward.strip_authorization` is not set (MCP 2026-07-28: the server MUST NOT pass a client's token on).
+   */
+  readonly stripAuthorization: boolean
 }
 
 export type RuleProblem = ConditionProblem
@@ -148,6 +159,15 @@ export function compareRules(a: CompiledRule, b: CompiledRule): number {
   return compareRank(a.rank, b.rank) || (a.methods ? 0 : 1) - (b.methods ? 0 : 1) || a.index - b.index
 }
 
+/**
+ * The scopes a 401 names (MCP 2026-07-28, Scope Selection Strategy: the client asks for them at once): every
+ * `scopes.all`, and the first of `scopes.any` (write the narrowest first).
+ */
+function challengeScope(route: RouteConfig): string | undefined {
+  const scopes = [...new Set([...route.scopes?.all ?? [], ...route.scopes?.any?.slice(0, 1) ?? []])]
+  return scopes.length > 0 ? scopes.join(' ') : undefined
+}
+
 export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; problems: RuleProblem[] } {
   const defaultMaxBody = parseSize(config.server?.max_body_size ?? '10mb')
   const rules: CompiledRule[] = []
@@ -155,6 +175,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
   const ids = new Map<string, number>()
   const reserved = claimHeaderReserved(config)
   const resources = compileResources(config).byRoute
+  const impliedBy = compileScopeImplies(config.scope_implies, problems)
   config.routes.forEach((route: RouteConfig, index) => {
     const at = ['routes', index]
     if (ids.has(route.id)) problems.push({ path: [...at, 'id'], message: `duplicate route id (also routes[${ids.get(route.id)}])` })
@@ -176,6 +197,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
     }
     const claims = compileConditions(route.claims, [...at, 'claims'], compiled.params, problems) ?? null
     const claimHeaders = compileClaimHeaders(route.claim_headers, [...at, 'claim_headers'], reserved, problems)
+    const resource = resources.get(route.id) ?? null
     rules.push({
       id: route.id,
       index,
@@ -183,15 +205,18 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       ...compiled,
       claims,
       claimHeaders,
-      resource: resources.get(route.id) ?? null,
+      resource,
+      challenge: resource === null ? null : { metadataUrl: resource.metadataUrl, scope: challengeScope(route) },
       methods: route.methods ? new Set(route.methods) : null,
       upstream: route.upstream,
       auth,
       scopesAll: route.scopes?.all ?? [],
       scopesAny: route.scopes?.any ?? null,
+      impliedBy,
       maxBodySize: route.max_body_size ? parseSize(route.max_body_size) : defaultMaxBody,
       cors: compileCorsPolicy(config.cors, route.cors, route.methods ? new Set(route.methods) : null),
       mcp: compileMcp(route.mcp, [...at, 'mcp'], auth, compiled.params, problems),
+      stripAuthorization: route.mcp !== undefined && config.forward?.strip_authorization === undefined,
     })
   })
   rules.sort(compareRules)

@@ -14,7 +14,7 @@ import {
   InsufficientScope, NoMatchingRoute, RequestTooLarge, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
 import type { Decision } from '../metrics/metrics.js'
-import { renderError, renderErrorOnSocket } from '../errors/render.js'
+import { renderError, renderErrorOnSocket, type ResourceChallenge } from '../errors/render.js'
 import { echoRequest } from '../forward/echo.js'
 import { ClientGone, forwardRequest, upstreamFailure, type ForwardHandler, type Upstream } from '../forward/proxy.js'
 import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
@@ -48,7 +48,7 @@ interface Outcome {
   /** The upstream request in flight, told when the client goes away. */
   forwarding?: ForwardHandler | undefined
   /** The RFC 9728 metadata URL of the matched route's resource, for the challenges (issue 18). */
-  resourceMetadata?: string | undefined
+  resourceMetadata?: ResourceChallenge | undefined
   /** CORS headers for every answer (issue 18): null when there are none; unset until the route is known. */
   cors?: CorsAnswer | null | undefined
 }
@@ -188,7 +188,7 @@ export class GatewayPipeline {
   private serveRoute(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     path: string, query: string, segments: readonly string[]): Promise<void> | undefined {
     outcome.route = rule.id
-    if (rule.resource !== null) outcome.resourceMetadata = rule.resource.metadataUrl
+    if (rule.challenge !== null) outcome.resourceMetadata = rule.challenge
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
     if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
     if (rule.mcp !== null) {
@@ -248,7 +248,7 @@ export class GatewayPipeline {
 
   private forward(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     path: string, query: string, principal: Principal | undefined, body: Readable | Buffer | null): Promise<void> | undefined {
-    const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy, rule.claimHeaders)
+    const headers = buildUpstreamHeaders(req, principal, rule.stripAuthorization ? rt.tokenlessHeaderPolicy : rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (upstream.echo) return echoRequest(req, res, path, query, headers, body, outcome.cors)
     // Gone while its token was validated or its body read: nothing to send, and no upstream connection to
@@ -285,7 +285,7 @@ export class GatewayPipeline {
   readonly handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     socket.on('error', () => socket.destroy())
     const rt = this.rt
-    const found: { resourceMetadata?: string } = {}
+    const found: { resourceMetadata?: ResourceChallenge } = {}
     this.upgrade(rt, req, socket, head, found).catch((error: unknown) => {
       const failure = error instanceof GatewayError ? error : new ServerError(error)
       this.logUpgradeFailure(rt, req, failure)
@@ -294,7 +294,7 @@ export class GatewayPipeline {
   }
 
   private async upgrade(rt: GatewayRuntime, req: IncomingMessage, socket: Duplex, head: Buffer,
-    found: { resourceMetadata?: string }): Promise<void> {
+    found: { resourceMetadata?: ResourceChallenge }): Promise<void> {
     if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new MalformedRequest('only WebSocket upgrades are forwarded')
     // RFC 6455 §4.1: the opening handshake is a GET over HTTP/1.1 or later. Forwarded as anything else, an
     // OPTIONS or POST upgrade would match that method's (perhaps anonymous) route and reach the GET one's.
@@ -305,9 +305,9 @@ export class GatewayPipeline {
     const { path, query } = splitRequestTarget(req.url ?? '')
     const segments = splitPath(path)
     const rule = matchOrThrow(rt.rules, 'GET', path, segments)
-    if (rule.resource !== null) found.resourceMetadata = rule.resource.metadataUrl
+    if (rule.challenge !== null) found.resourceMetadata = rule.challenge
     const principal = await authenticate(rt, req, rule, query, segments)
-    const headers = buildUpstreamHeaders(req, principal, rt.headerPolicy, rule.claimHeaders)
+    const headers = buildUpstreamHeaders(req, principal, rule.stripAuthorization ? rt.tokenlessHeaderPolicy : rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (!upstream.pool) throw new BadGateway(`upstream ${upstream.name} does not accept WebSocket upgrades`)
     let upgraded

@@ -29,6 +29,8 @@ export interface GatewayRuntime {
   readonly authenticator: Authenticator
   readonly upstreams: ReadonlyMap<string, Upstream>
   readonly headerPolicy: HeaderPolicy
+  /** The same without `Authorization`: for routes that strip it although `forward` does not (`mcp` routes, issue 19). */
+  readonly tokenlessHeaderPolicy: HeaderPolicy
   readonly realm: string
   readonly maxTokenSize: number
   readonly bodyPolicy: BodyPolicy
@@ -80,13 +82,15 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
   }
   if (authenticator !== previous?.authenticator) authenticator.prefetch()
   const { byMetadataPath } = compileResources(config)
+  const headerPolicy = createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer })
   return {
     rules,
     resourceMetadata: byMetadataPath.size > 0 ? byMetadataPath : null,
     cors: compileCorsRuntime(config, rules),
     authenticator,
     upstreams,
-    headerPolicy: createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer }),
+    headerPolicy,
+    tokenlessHeaderPolicy: { ...headerPolicy, removed: new Set([...headerPolicy.removed, 'authorization']) },
     realm: config.server?.realm ?? 'portcullis',
     maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
     bodyPolicy: {

@@ -99,3 +99,15 @@ export async function allowRedeemAndRefresh(t: {
   expect((await callApi(t.gateway, refreshed.access_token)).status).toBe(200)
   return tokens
 }
+
+/** An authorization request URL on `issuer` for `clientId` (PKCE S256, state, scope orders:read); with its verifier and state. */
+export async function authorizationUrl(issuer: string, clientId: string, redirectUri = 'http://127.0.0.1:51004/callback') {
+  const verifier = oauth.generateRandomCodeVerifier()
+  const state = oauth.generateRandomState()
+  const url = new URL(`${issuer}/authorize`)
+  for (const [name, value] of Object.entries({
+    response_type: 'code', client_id: clientId, redirect_uri: redirectUri, scope: 'orders:read', state,
+    code_challenge: await oauth.calculatePKCECodeChallenge(verifier), code_challenge_method: 'S256',
+  })) url.searchParams.set(name, value)
+  return { url: url.href, verifier, state, redirectUri }
+}

@@ -2,7 +2,9 @@
  * Which registered redirect URI an authorization request goes back to (checklist A-03, A-04, A-05):
  * one exact string comparison, no normalisation of any kind (RFC 9700 §4.1.3; every bypass in §14.1
  * came from a "smarter" comparison), with the one exception RFC 8252 §7.3 requires: for a registered
- * http loopback IP literal, the port may differ; nothing else may.
+ * http loopback IP literal, the port may differ; nothing else may. Issue 19: the same for a registered
+ * `http://localhost` (a client that registered itself under the opt-in `localhost` form), and only
+ * localhost for localhost: the host itself is never swapped.
  */
 import type { RegisteredClient } from '../clients.js'
 
@@ -10,22 +12,48 @@ export type RedirectUriMatch =
   | { readonly ok: true; readonly redirectUri: string; readonly wasSent: boolean }
   | { readonly ok: false; readonly reason: string }
 
+/** The port, when there is one, is 1-65535 without leading zeros; the rest is kept as written. */
+const LOOPBACK_LITERAL = /^http:\/\/(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\])(?::([1-9]\d{0,4}))?([/?].*)?$/
+/** Exactly `localhost` in lowercase: not `LOCALHOST`, `localhost.`, `localhost.evil.com` nor any user information. */
+const LOCALHOST = /^http:\/\/(localhost)(?::([1-9]\d{0,4}))?([/?].*)?$/
+
+function withoutPort(pattern: RegExp, uri: string): string | undefined {
+  const match = pattern.exec(uri)
+  if (!match || (match[2] !== undefined && Number(match[2]) > 65535)) return undefined
+  return `http://${match[1]}${match[3] ?? ''}`
+}
+
 /**
  * `http://127.0.0.1:8080/cb?x` → `http://127.0.0.1/cb?x`; undefined unless it is an http loopback IP literal
  * with no port or a port a socket can have: 1-65535, written without leading zeros (issue 16: `:99999`, `:0`
  * and `:05555` passed, and a client library may read them as another port or none).
  */
 export function withoutLoopbackPort(uri: string): string | undefined {
-  // A-04 [DECISION]: IP literals only; `localhost` may resolve elsewhere (RFC 8252 §8.3).
-  const match = /^http:\/\/(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\])(?::([1-9]\d{0,4}))?([/?].*)?$/.exec(uri)
-  if (!match || (match[2] !== undefined && Number(match[2]) > 65535)) return undefined
-  return `http://${match[1]}${match[3] ?? ''}`
+  // A-04 [DECISION]: IP literals only; `localhost` may resolve elsewhere (RFC 8252 §8.3), see below.
+  return withoutPort(LOOPBACK_LITERAL, uri)
 }
 
+/**
+ * `http://localhost:8080/cb` → `http://localhost/cb`, with the port rules of {@link withoutLoopbackPort};
+ * undefined for anything else. Issue 19: MCP clients register localhost (the MCP spec allows "localhost or
+ * HTTPS"), so a server may opt in to it despite RFC 8252 §8.3's NOT RECOMMENDED; YAML clients never can.
+ */
+export function withoutLocalhostPort(uri: string): string | undefined {
+  return withoutPort(LOCALHOST, uri)
+}
+
+/** Whether the URI is http on this computer: a loopback IP literal or localhost (the consent page warns of such clients). */
+export function isLocalRedirectUri(uri: string): boolean {
+  return withoutLoopbackPort(uri) !== undefined || withoutLocalhostPort(uri) !== undefined
+}
+
+/** Each side stripped of its port by the same rule: a loopback literal never matches localhost, nor the reverse. */
 function matches(registered: string, presented: string): boolean {
   if (registered === presented) return true
-  const loopback = withoutLoopbackPort(registered)
-  return loopback !== undefined && loopback === withoutLoopbackPort(presented)
+  return [withoutLoopbackPort, withoutLocalhostPort].some((strip) => {
+    const portless = strip(registered)
+    return portless !== undefined && portless === strip(presented)
+  })
 }
 
 /** The redirect URI to use, or why there is none; a failure is shown to the user, never redirected to (A-02). */

@@ -13,7 +13,7 @@ import type { AuthorizationServerConfig } from '../../config/schema.js'
 import { parseDuration, parseSize } from '../../config/units.js'
 import { InvalidClient } from '../../errors/oauth-errors.js'
 import { metadataDocumentClient, type RegisteredClient } from '../clients.js'
-import { redirectUriForm } from '../registration/redirect-uris.js'
+import { DEFAULT_REDIRECT_URI_FORMS, formNotAllowed, redirectUriForm, type RedirectUriForm } from '../registration/redirect-uris.js'
 import { systemResolver, resolvePublic, validatingLookup, type Resolver } from './address.js'
 
 export interface ClientMetadataDocumentSettings {
@@ -28,6 +28,8 @@ export interface ClientMetadataDocumentSettings {
   readonly cacheTtlMaxMs: number
   /** Development only: loopback and private targets, and http on loopback. */
   readonly allowPrivateAddresses: boolean
+  /** `redirect_uris`: the forms a document's redirect URIs may take (registration's, issue 19; localhost only when listed). */
+  readonly redirectUriForms: ReadonlySet<RedirectUriForm>
   /** `ca_file`: CAs trusted instead of the system's. */
   readonly caFile?: string
 }
@@ -43,6 +45,7 @@ export function resolveClientMetadataDocuments(config: AuthorizationServerConfig
     cacheTtlMinMs: parseDuration(config.cache_ttl?.min ?? '1m'),
     cacheTtlMaxMs: parseDuration(config.cache_ttl?.max ?? '24h'),
     allowPrivateAddresses: config.allow_private_addresses ?? false,
+    redirectUriForms: new Set(config.redirect_uris ?? DEFAULT_REDIRECT_URI_FORMS),
     ...(config.ca_file !== undefined && { caFile: config.ca_file }),
   }
 }
@@ -110,8 +113,9 @@ function clientFromDocument(clientId: string, document: unknown, settings: Clien
   if (!Array.isArray(redirects) || redirects.length === 0 || redirects.length > 20) throw refuse('redirect_uris must be an array of 1 to 20 URIs')
   for (const uri of redirects) {
     if (typeof uri !== 'string') throw refuse('redirect_uris must be strings')
-    const form = redirectUriForm(uri)
-    if ('problem' in form) throw refuse(`a redirect URI ${form.problem}`)
+    const checked = redirectUriForm(uri)
+    if ('problem' in checked) throw refuse(`a redirect URI ${checked.problem}`)
+    if (!settings.redirectUriForms.has(checked.form)) throw refuse(`redirect_uris: ${formNotAllowed(checked.form)}`)
   }
   if (doc.scope !== undefined && typeof doc.scope !== 'string') throw refuse('scope must be a string')
   const asked = doc.scope === undefined ? undefined : new Set(doc.scope.split(' '))

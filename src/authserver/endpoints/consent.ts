@@ -10,7 +10,9 @@ import { rememberConsent } from '../browser/consent.js'
 import { pageUrl, sendAnsweredPage, sendCode, sendErrorRedirect, sessionSatisfies } from '../browser/flow.js'
 import { findInteraction, finishInteraction, type AuthorizationRequest } from '../browser/interaction.js'
 import { csrfField, html, pageErrorHandler, sendErrorPage, sendPage, sendRedirect, type SafeHtml } from '../browser/page.js'
+import { isLocalRedirectUri } from '../browser/redirect-uri.js'
 import { readSession, type BrowserSession } from '../browser/session.js'
+import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
 import { parseForm } from '../http.js'
 
@@ -56,6 +58,17 @@ function documentNotice(host: string, redirectUri: string): SafeHtml {
 Continue only if you started this from that application; it will receive the answer at <strong>${destination(redirectUri)}</strong>.</p>`
 }
 
+/**
+ * Issue 19, MCP 2026-07-28 Security Considerations ("Localhost Redirect URI Risks"): a client that introduced
+ * itself and can only be answered on this computer may be any program running here, or one an attacker
+ * started with a link; the user is the only one who can tell. YAML clients are the operator's: no warning.
+ */
+function localOnlyWarning(client: RegisteredClient | undefined): SafeHtml | false {
+  const selfIntroduced = client?.dynamic !== undefined || client?.metadataDocument !== undefined
+  if (!selfIntroduced || client.redirectUris.length === 0 || !client.redirectUris.every(isLocalRedirectUri)) return false
+  return html`<p class="alert">This application runs on your own computer. Approve only if you just started it yourself.</p>`
+}
+
 async function sendConsentPage(ctx: AuthServerContext, reply: FastifyReply, interactionId: string, request: AuthorizationRequest,
   session: BrowserSession): Promise<FastifyReply> {
   const client = await ctx.clients.lookup(request.clientId)
@@ -63,6 +76,7 @@ async function sendConsentPage(ctx: AuthServerContext, reply: FastifyReply, inte
   const body = html`<p>Signed in as <strong>${session.user.username}</strong>.</p>
 ${client?.dynamic !== undefined && unverifiedNotice(name, request.redirectUri)}
 ${client?.metadataDocument !== undefined && documentNotice(client.metadataDocument.host, request.redirectUri)}
+${localOnlyWarning(client)}
 <p><strong>${name}</strong> would like to:</p>
 ${scopeList(request.scope)}
 ${resourceLine(request.resource)}

@@ -12,7 +12,7 @@ import { InvalidClientMetadata, InvalidRedirectUri } from '../../errors/oauth-er
 import type { SigningAlgorithm } from '../context.js'
 import { DEVICE_CODE_GRANT_TYPE } from '../device.js'
 import { parseScope } from '../scope.js'
-import { redirectUriForm, type RedirectUriForm } from './redirect-uris.js'
+import { DEFAULT_REDIRECT_URI_FORMS, formNotAllowed, redirectUriForm, type RedirectUriForm } from './redirect-uris.js'
 
 export type ClientType = 'public' | 'confidential'
 export type RegistrableGrantType = Exclude<GrantType, 'password'>
@@ -57,7 +57,7 @@ export function resolveRegistration(config: AuthorizationServerConfig['registrat
   return {
     ...(config.initial_access_token !== undefined && { initialAccessToken: config.initial_access_token }),
     clientTypes: new Set(policy.client_types ?? ['public', 'confidential']),
-    redirectUriForms: new Set(policy.redirect_uris ?? ['loopback', 'https', 'private_use']),
+    redirectUriForms: new Set(policy.redirect_uris ?? DEFAULT_REDIRECT_URI_FORMS),
     grantTypes: new Set(policy.grant_types ?? ['authorization_code', 'refresh_token']),
     scopes: [...new Set(policy.scopes ?? [])],
     maxRedirectUris: policy.max_redirect_uris ?? 5,
@@ -146,9 +146,7 @@ function redirectUrisOf(value: unknown, grants: readonly RegistrableGrantType[],
   uris.forEach((uri, index) => {
     const checked = redirectUriForm(uri)
     if ('problem' in checked) throw new InvalidRedirectUri(`redirect_uris[${index}] ${checked.problem}`)
-    if (!settings.redirectUriForms.has(checked.form)) {
-      throw new InvalidRedirectUri(`redirect_uris[${index}]: ${checked.form.replace('_', '-')} redirect URIs may not be registered here`)
-    }
+    if (!settings.redirectUriForms.has(checked.form)) throw new InvalidRedirectUri(`redirect_uris[${index}]: ${formNotAllowed(checked.form)}`)
   })
   return uris
 }
