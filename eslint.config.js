@@ -15,9 +15,9 @@ export default tseslint.config(
   },
   { files: ['src/**/*.ts'], ignores: ['src/cli.ts'], rules: { 'no-console': 'error' } },
   {
-    files: ['bench/**/*.mjs'],
+    files: ['bench/**/*.mjs', 'examples/**/*.mjs'],
     languageOptions: {
-      globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly', setTimeout: 'readonly', fetch: 'readonly', globalThis: 'readonly', URLSearchParams: 'readonly' },
+      globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly', setTimeout: 'readonly', fetch: 'readonly', globalThis: 'readonly', URLSearchParams: 'readonly', URL: 'readonly' },
     },
   },
 )

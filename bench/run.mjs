@@ -57,7 +57,7 @@ import { performance } from 'node:perf_hooks'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import { BODY, OPAQUE_ISSUER } from './servers.mjs'
-import { AUDIENCE, ISSUER, generateKeys, mintTokens, mintTokensParallel } from './tokens.mjs'
+import { AUDIENCE, ISSUER, dpopKey, generateKeys, mintDpopProofs, mintTokens, mintTokensParallel } from './tokens.mjs'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 const root = path.resolve(here, '..')
@@ -280,6 +280,10 @@ cors: { allowed_origins: ["${CORS_ORIGIN}"] }
 const resourceYaml = (port) => `${jwtYaml(port)}
 resources: [ { resource: "http://127.0.0.1:${port}", routes: [items], audience: [${AUDIENCE}] } ]
 `
+/** (d) with a DPoP-bound token and a fresh ES256 proof on every request (issue 20); proofs live 10 minutes here so a pool made before the run stays valid. */
+const dpopYaml = (port) => `${jwtYaml(port)}
+dpop: { max_age: 10m, replay_cache_size: 1000000 }
+`
 const PREFLIGHT = { origin: CORS_ORIGIN, 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' }
 const opaqueYaml = (port) => proxyYaml(port, `
 issuers:
@@ -352,25 +356,27 @@ const helperProxy = (id, args) => async () => {
   return { proc, base: `http://127.0.0.1:${port}`, url: `http://127.0.0.1:${port}${PATH}` }
 }
 
-/** A distinct token on every request of a run; wraps around (and counts it) if the pool runs out. */
-function coldLoad(alg) {
-  return () => {
-    const pool = ctx.pools[alg]
-    const state = { next: 0, reused: 0 }
-    return {
-      state,
-      options: {
-        requests: [{
-          method: 'GET', path: PATH,
-          setupRequest: (req) => {
-            if (state.next >= pool.length) state.reused++
-            req.headers.authorization = `Bearer ${pool[state.next++ % pool.length]}`
-            return req
-          },
-        }],
-      },
-    }
+/** One value of `pool` per request, set by `apply`; wraps around (and counts it) if the pool runs out. */
+function poolLoad(pool, apply) {
+  const state = { next: 0, reused: 0 }
+  return {
+    state,
+    options: {
+      requests: [{
+        method: 'GET', path: PATH,
+        setupRequest: (req) => {
+          if (state.next >= pool.length) state.reused++
+          apply(req.headers, pool[state.next++ % pool.length])
+          return req
+        },
+      }],
+    },
   }
+}
+
+/** A distinct token on every request of a run. */
+function coldLoad(alg) {
+  return () => poolLoad(ctx.pools[alg], (headers, token) => { headers.authorization = `Bearer ${token}` })
 }
 
 function refreshLoad(target) {
@@ -440,6 +446,23 @@ const SCENARIOS = [
         `expected 401 with resource_metadata, got ${res.status} ${res.headers['www-authenticate']}`)
     },
     load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  { id: 'd-dpop', label: '(d) + DPoP: a bound token, an ES256 proof verified on every request (issue 20)', kind: 'proxy', newFeature: true,
+    start: portcullisProxy('d-dpop', dpopYaml),
+    async gate(t) {
+      const [proof, replayed] = mintDpopProofs(ctx.dpopKey, { count: 2, htm: 'GET', htu: t.url, accessToken: ctx.dpopToken })
+      const ok = await request(t.url, { headers: { authorization: `DPoP ${ctx.dpopToken}`, dpop: proof } })
+      expect(ok.status === 200 && ok.body === BODY, `expected 200 with a proof, got ${ok.status} ${ok.body.slice(0, 200)}`)
+      const again = await request(t.url, { headers: { authorization: `DPoP ${ctx.dpopToken}`, dpop: proof } })
+      expect(again.status === 401, `expected 401 for a replayed proof, got ${again.status}`)
+      const bearerUse = await request(t.url, { headers: { authorization: `Bearer ${ctx.dpopToken}`, dpop: replayed } })
+      expect(bearerUse.status === 401, `expected 401 for the bound token as Bearer, got ${bearerUse.status}`)
+    },
+    load(t) {
+      // One proof per request, made before the run (signing is the client's cost, not the gateway's).
+      const proofs = mintDpopProofs(ctx.dpopKey, { count: poolSize, htm: 'GET', htu: t.url, accessToken: ctx.dpopToken })
+      const authorization = `DPoP ${ctx.dpopToken}`
+      return poolLoad(proofs, (headers, proof) => { headers.authorization = authorization; headers.dpop = proof })
+    } },
   { id: 'preflight', label: '(d) config, a CORS preflight answered by the gateway (issue 18)', kind: 'proxy', newFeature: true, start: portcullisProxy('preflight', corsYaml),
     async gate(t) {
       const res = await request(t.url, { method: 'OPTIONS', headers: PREFLIGHT })
@@ -626,6 +649,8 @@ ctx.jwksFile = path.join(ctx.dir, 'jwks.json')
 writeFileSync(ctx.jwksFile, JSON.stringify(ctx.keys.jwks))
 ctx.hotToken = mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'load-user-' })[0]
 ctx.claimsToken = mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'claims-user-', claims: CLAIMS })[0]
+ctx.dpopKey = dpopKey()
+ctx.dpopToken = mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'dpop-user-', claims: { cnf: { jkt: ctx.dpopKey.jkt } } })[0]
 ctx.gateTokens = {
   ES256: mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'gate-' })[0],
   RS256: mintTokens('RS256', ctx.keys.RS256, { count: 1, prefix: 'gate-' })[0],
@@ -720,6 +745,7 @@ const hitOverCold = paired('d', 'e-es256')
 const claimsCost = paired('d-claims', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 const corsCost = paired('d-cors', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 const resourceCost = paired('d-resource', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
+const dpopCost = paired('d-dpop', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 
 const cpuModel = readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1] ?? 'unknown CPU'
 const git = (...args) => spawnSync('git', args, { cwd: root, encoding: 'utf8' }).stdout?.trim()
@@ -751,6 +777,7 @@ if (p99Difference !== undefined) out(`p99 (d) − p99 (b) at ${FIXED_RATE} req/s
 if (hitOverCold !== undefined) out(`JWT cache hit (d) over cold ES256 (e), paired: ${times(hitOverCold)}.`)
 if (claimsCost !== undefined) out(`Claim conditions and headers (d-claims) over (d), CPU per request, paired median: ${claimsCost >= 0 ? '+' : ''}${claimsCost.toFixed(1)} µs.`)
 if (resourceCost !== undefined) out(`A route of an RFC 9728 resource (d-resource) over (d), CPU per request, paired median: ${resourceCost >= 0 ? '+' : ''}${resourceCost.toFixed(1)} µs.`)
+if (dpopCost !== undefined) out(`A DPoP request with its proof verified (d-dpop) over (d), CPU per request, paired median: ${dpopCost >= 0 ? '+' : ''}${dpopCost.toFixed(1)} µs.`)
 if (corsCost !== undefined) out(`CORS headers for an allowed Origin (d-cors) over (d), CPU per request, paired median: ${corsCost >= 0 ? '+' : ''}${corsCost.toFixed(1)} µs.`)
 const saturated = selected.filter((s) => summary[s.id].cpu1Busy >= 95).map((s) => s.id)
 if (saturated.length > 0) out(`CPU 1 (load generator) was saturated in ${saturated.join(', ')}: those rows are a lower bound.`)

@@ -1,7 +1,7 @@
 // Keys and JWT access tokens for bench/run.mjs and bench/memory.mjs. Tokens are signed with node:crypto
 // directly (no jose: minting ~100 000 RS256 tokens must not take minutes) and can be minted on several
 // worker threads at once.
-import { createPrivateKey, generateKeyPairSync, sign } from 'node:crypto'
+import { createHash, createPrivateKey, generateKeyPairSync, randomBytes, sign } from 'node:crypto'
 import { URL } from 'node:url'
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads'
 
@@ -57,4 +57,26 @@ export async function mintTokensParallel(alg, key, { count, prefix = 'user-', th
 
 if (!isMainThread && workerData?.part !== undefined) {
   parentPort.postMessage(mintTokens(workerData.alg, workerData.key, workerData.part))
+}
+
+/** A DPoP key (issue 20): P-256, its public JWK and RFC 7638 thumbprint (the members in lexicographic order). */
+export function dpopKey() {
+  const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+  const { crv, kty, x, y } = publicKey.export({ format: 'jwk' })
+  const jwk = { crv, kty, x, y }
+  return { privateKey, jwk, jkt: createHash('sha256').update(JSON.stringify(jwk)).digest('base64url') }
+}
+
+/** `count` fresh DPoP proofs (RFC 9449 §4.2, ES256), each with its own jti, for one method, URL and access token. */
+export function mintDpopProofs(key, { count, htm, htu, accessToken }) {
+  const header = b64({ typ: 'dpop+jwt', alg: 'ES256', jwk: key.jwk })
+  const ath = createHash('sha256').update(accessToken).digest('base64url')
+  const iat = Math.floor(Date.now() / 1000)
+  const run = randomBytes(6).toString('base64url')
+  const proofs = new Array(count)
+  for (let i = 0; i < count; i++) {
+    const input = `${header}.${b64({ jti: `${run}-${i}`, htm, htu, iat, ath })}`
+    proofs[i] = `${input}.${sign('sha256', Buffer.from(input), { key: key.privateKey, dsaEncoding: 'ieee-p1363' }).toString('base64url')}`
+  }
+  return proofs
 }

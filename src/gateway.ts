@@ -235,12 +235,16 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   app.decorate('audit', audit)
   const authServer = config.authorization_server?.enabled
     ? await createAuthServer(app, config.authorization_server, {
-      now, metrics, audit, resources: (config.resources ?? []).map((resource) => resource.resource),
+      now, metrics, audit, resources: (config.resources ?? []).map((resource) => resource.resource), dpop: config.dpop,
     })
     : undefined
   for (const path of authServer?.paths ?? []) fastifyPaths.add(path)
   app.decorate('authServer', authServer)
-  const deps: RuntimeDependencies = { log, metrics, now, embedded: authServer?.embedded, isRevoked: options.isRevoked }
+  // RFC 9449 §11.1 across instances: with a shared store (Redis), a proof is single use in all of them.
+  const store = authServer?.ctx.store
+  const sharedOnce = store?.firstUse !== undefined ? { firstUse: store.firstUse.bind(store) } : undefined
+  const deps: RuntimeDependencies = { log, metrics, now, embedded: authServer?.embedded, isRevoked: options.isRevoked, sharedOnce,
+    dpop: authServer && { config: config.dpop, settings: authServer.ctx.settings.dpop } }
   pipeline = new GatewayPipeline(buildRuntime(config, deps))
   const authenticator = () => pipeline!.runtime.authenticator
   // A revocation at the embedded server reaches the gateway's caches at once (checklist RV-02, RT-04).

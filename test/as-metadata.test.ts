@@ -22,6 +22,7 @@ import { createMemoryAdapter } from '../src/authserver/storage/memory.js'
 import { TokenService } from '../src/authserver/tokens.js'
 import { UserDirectory } from '../src/authserver/users.js'
 import type { ClientConfig } from '../src/config/schema.js'
+import { memoryReplayCache } from '../src/dpop/replay.js'
 
 /** What plugin.ts passes today: the back-channel endpoints and the grants some client is registered for. */
 const TODAY = ['token', 'revocation', 'introspection', 'jwks', 'grant:client_credentials', 'grant:refresh_token', 'grant:password']
@@ -89,6 +90,7 @@ async function startAuthServer(options: StartOptions = {}): Promise<Started> {
     interactionThrottle: unlimited,
     metrics: new Metrics({ defaultMetrics: false }),
     audit: silentAudit,
+    dpopReplay: memoryReplayCache(1000),
   }
   const paths = [...registerJwks(app, ctx), ...registerMetadata(app, ctx, { implemented: new Set(options.implemented ?? TODAY) })]
   await app.ready()

@@ -2,7 +2,9 @@
  * The README's sessions against config/portcullis.yaml itself (on a free port, with a memory store): the
  * demo clients and user the default config ships must do what the README shows.
  */
+import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
+import { promisify } from 'node:util'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parse } from 'yaml'
@@ -12,6 +14,10 @@ import { basic, postForm } from './support/authserver.js'
 import { FormBrowser, field, loginAndConsent, responseParams } from './support/browser.js'
 import { s256 } from '../src/authserver/pkce.js'
 
+/** RFC 9728 §2 with RFC 9449: the default `dpop.algorithms` (issue 20). */
+const DPOP_ALGS = ['ES256', 'ES384', 'PS256', 'RS256', 'EdDSA', 'Ed25519']
+
+const run = promisify(execFile)
 const DEMO = { username: 'demo', password: 'demo-password-change-me' }
 const CALLBACK = 'http://127.0.0.1:3000/callback'
 
@@ -33,6 +39,16 @@ describe('the default config and the README sessions', () => {
   })
   afterAll(() => gateway.close())
 
+  it('examples/dpop-client.mjs (README, DPoP): a bound token for demo-service, the echo API with proofs, refused as Bearer', async () => {
+    const { stdout } = await run(process.execPath, ['examples/dpop-client.mjs', gateway.url])
+    expect(stdout.split('\n')).toEqual([
+      'token_type: dpop',
+      'GET /api/orders/42 with DPoP: 200, x-auth-subject: demo-service',
+      expect.stringMatching(/^the same token as Bearer: 401, DPoP realm="portcullis", error="invalid_token", error_description="[^"]+", scope="echo:read", resource_metadata="[^"]+", algs="ES256 ES384 PS256 RS256 EdDSA Ed25519"$/),
+      '',
+    ])
+  })
+
   it('demo-service: client_credentials, then the echo API sees it as the subject', async () => {
     const tokens = await postForm(gateway, '/token', { grant_type: 'client_credentials', scope: 'echo:read' },
       { authorization: basic('demo-service', 'demo-secret-change-me') })
@@ -46,7 +62,7 @@ describe('the default config and the README sessions', () => {
     const metadata = await fetch(`${gateway.url}/.well-known/oauth-protected-resource`)
     expect(await metadata.json()).toEqual({
       resource: gateway.url, authorization_servers: [gateway.url], scopes_supported: ['echo:read', 'echo:write'],
-      bearer_methods_supported: ['header'], resource_name: 'Portcullis echo API',
+      bearer_methods_supported: ['header'], dpop_signing_alg_values_supported: DPOP_ALGS, resource_name: 'Portcullis echo API',
     })
     const anonymous = await fetch(`${gateway.url}/api/orders/42`)
     expect(anonymous.headers.get('www-authenticate'))

@@ -12,6 +12,9 @@ import { basic, postForm } from './support/authserver.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 
+/** RFC 9728 §2 with RFC 9449: the default `dpop.algorithms` (issue 20). */
+const DPOP_ALGS = ['ES256', 'ES384', 'PS256', 'RS256', 'EdDSA', 'Ed25519']
+
 const SVC = { client_id: 'svc', client_secret: 'svc-secret-0123456789abcdef' }
 
 let gateway: RunningGateway & { issuer: string }
@@ -79,7 +82,7 @@ describe('RFC 9728 metadata documents', () => {
       resource: base,
       authorization_servers: [gateway.issuer],
       scopes_supported: ['echo:read'],
-      bearer_methods_supported: ['header'],
+      bearer_methods_supported: ['header'], dpop_signing_alg_values_supported: DPOP_ALGS,
       resource_name: 'Echo API',
     })
   })
@@ -89,7 +92,7 @@ describe('RFC 9728 metadata documents', () => {
       resource: ordersResource,
       authorization_servers: [gateway.issuer],
       scopes_supported: ['orders:read', 'orders:admin'],
-      bearer_methods_supported: ['header'],
+      bearer_methods_supported: ['header'], dpop_signing_alg_values_supported: DPOP_ALGS,
       resource_documentation: 'https://docs.example.com/orders',
     })
   })

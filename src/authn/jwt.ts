@@ -14,13 +14,13 @@ import { KeySetUnavailable, RemoteKeySet } from './jwks.js'
 import { UnusableKey, isSupportedAlgorithm, verifyJwsSignature } from './jws-verify.js'
 import { effectiveAlgorithms, issuerClaims, readClientId, readPermissions, unmetIssuerCondition, type IssuerClaims } from '../claims/issuer.js'
 import { readClaim } from '../claims/path.js'
-import { audienceMatches, keepClaims, readScopes, type Principal } from './principal.js'
+import { audienceMatches, keepClaims, readJkt, readScopes, type Principal } from './principal.js'
 
 /** The reason codes logged for a rejected JWT. */
 export type JwtRejection =
   | 'malformed' | 'unknown_issuer' | 'expired' | 'not_yet_valid' | 'issued_in_future' | 'wrong_audience'
   | 'wrong_typ' | 'missing_claim' | 'bad_claim' | 'bad_signature' | 'unknown_kid' | 'algorithm_not_allowed'
-  | 'crit_header' | 'bad_scope_claim'
+  | 'crit_header' | 'bad_scope_claim' | 'bad_cnf_claim'
 
 /** Each logged rejection as the coarser code it is counted under (docs/metrics.md, token validations). */
 const COUNTED_AS: Readonly<Record<JwtRejection, InvalidTokenReason>> = {
@@ -39,6 +39,7 @@ const COUNTED_AS: Readonly<Record<JwtRejection, InvalidTokenReason>> = {
   // RFC 7515 §4.1.11: a header we must understand and do not is as unusable as one that does not decode.
   crit_header: 'malformed',
   bad_scope_claim: 'bad_claim',
+  bad_cnf_claim: 'bad_claim',
 }
 
 /** The InvalidToken for a rejection: the precise code as its detail, the counted one as its reason. */
@@ -109,7 +110,10 @@ export class JwtIssuer {
     if (!scopes) throw rejectJwt('bad_scope_claim')
     const unmet = unmetIssuerCondition(conditions, payload)
     if (unmet !== undefined) throw new InvalidToken(`unmet_issuer_condition ${unmet}`, undefined, 'bad_claim')
+    const jkt = readJkt(payload)
+    if (jkt === null) throw rejectJwt('bad_cnf_claim')
     return {
+      ...(jkt !== undefined && { jkt }),
       issuer: this.config.issuer,
       subject: typeof payload.sub === 'string' ? payload.sub : undefined,
       clientId: readClientId(payload, clientId),

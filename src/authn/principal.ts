@@ -14,6 +14,11 @@ export interface Principal {
    */
   readonly audience?: readonly string[] | undefined
   /**
+   * RFC 9449 §6: the SHA-256 thumbprint of the key the token is bound to (`cnf.jkt` of a JWT or of an
+   * introspection answer, or the embedded server's store row); undefined for a Bearer token (issue 20).
+   */
+  readonly jkt?: string | undefined
+  /**
    * The claims that route conditions and claim headers name (issue 17), by their top-level names: only
    * those are kept, so a cached principal holds no more of the token than the config reads. Undefined when
    * the config names none.
@@ -58,4 +63,19 @@ export function readScopes(claims: Readonly<Record<string, unknown>>, claim: Sco
     return scopes as string[]
   }
   return []
+}
+
+/**
+ * RFC 9449 §6: the thumbprint a token is bound to, from `cnf.jkt` (a JWT's claims or an introspection
+ * answer); undefined when there is no `cnf.jkt`, null when it is malformed (the token is refused: a binding
+ * the gateway cannot read must not turn the token into a Bearer token).
+ */
+export function readJkt(claims: Readonly<Record<string, unknown>>): string | undefined | null {
+  const cnf = Object.hasOwn(claims, 'cnf') ? claims.cnf : undefined
+  if (cnf === undefined) return undefined
+  if (typeof cnf !== 'object' || cnf === null || Array.isArray(cnf)) return null
+  if (!Object.hasOwn(cnf, 'jkt')) return undefined
+  const jkt = (cnf as Record<string, unknown>).jkt
+  // base64url of a SHA-256 digest: 43 characters.
+  return typeof jkt === 'string' && /^[A-Za-z0-9_-]{43}$/.test(jkt) ? jkt : null
 }

@@ -32,6 +32,8 @@ export interface AuthorizationCodeRecord {
   readonly nonce?: string
   readonly codeChallenge?: string
   readonly codeChallengeMethod?: 'S256'
+  /** RFC 9449 §10: `dpop_jkt` of the authorization request; the code is redeemed with a proof of that key only. */
+  readonly dpopJkt?: string
   /** Seconds since the epoch. */
   readonly issuedAt: number
   readonly expiresAt: number
@@ -72,6 +74,7 @@ export async function issueAuthorizationCode(ctx: AuthServerContext, request: Is
     authTime: request.authTime,
     ...(request.nonce !== undefined && { nonce: request.nonce }),
     ...(codeChallenge !== undefined && { codeChallenge, codeChallengeMethod: 'S256' as const }),
+    ...(request.dpopJkt !== undefined && { dpopJkt: request.dpopJkt }),
     issuedAt,
     expiresAt: issuedAt + ctx.settings.authorizationCodeTtlSeconds,
   }

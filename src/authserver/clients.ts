@@ -27,6 +27,8 @@ export interface RegisteredClient {
   readonly refreshReuseGraceMs?: number
   /** `id_token_signed_response_alg`: RS256 when omitted (OIDC Registration §2), as strict clients assume. */
   readonly idTokenAlg: SigningAlgorithm
+  /** `dpop_bound_access_tokens` (RFC 9449 §5.2): every token request must carry a DPoP proof. */
+  readonly dpopBoundAccessTokens: boolean
   /** Compares a presented secret with the registered one (plain from ${ENV}, or an scrypt hash). */
   verifySecret(secret: string): Promise<boolean>
   /** Set for a client that registered itself (RFC 7591): its name is its own claim, never verified. */
@@ -86,6 +88,7 @@ function register(config: ClientConfig): RegisteredClient {
     firstParty: config.first_party ?? false,
     ...(config.refresh_token_reuse_grace !== undefined && { refreshReuseGraceMs: parseDuration(config.refresh_token_reuse_grace) }),
     idTokenAlg: config.id_token_signed_response_alg ?? 'RS256',
+    dpopBoundAccessTokens: config.dpop_bound_access_tokens ?? false,
     verifySecret: async (secret) => {
       if (config.client_secret_hash !== undefined) {
         const digest = sha256(secret)
@@ -121,6 +124,7 @@ export function dynamicClient(clientId: string, metadata: ClientMetadata, secret
     requirePkce: true,
     firstParty: false,
     idTokenAlg: metadata.id_token_signed_response_alg ?? 'RS256',
+    dpopBoundAccessTokens: metadata.dpop_bound_access_tokens ?? false,
     verifySecret: async (secret) => {
       if (!confidential || secretHash === undefined) return verifyAgainstDecoy(secret)
       const digest = sha256(secret)
@@ -157,6 +161,7 @@ export function metadataDocumentClient(clientId: string, document: MetadataDocum
     requirePkce: true,
     firstParty: false,
     idTokenAlg: 'RS256',
+    dpopBoundAccessTokens: false,
     verifySecret: verifyAgainstDecoy,
     metadataDocument: { host: document.host },
   }

@@ -3,6 +3,7 @@ import type { KeyObject } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { JSONWebKeySet, JWTVerifyGetKey } from 'jose'
 import type { AuditLog } from '../audit/audit.js'
+import type { ReplayCache } from '../dpop/replay.js'
 import type { Metrics } from '../metrics/metrics.js'
 import type { ClientRegistry } from './clients.js'
 import type { AuthServerSettings } from './settings.js'
@@ -70,4 +71,9 @@ export interface AuthServerContext {
   readonly metrics: Metrics
   /** Security events (docs/audit.md): issued and revoked tokens, failed authentications, replays, lockouts. */
   readonly audit: AuditLog
+  /**
+   * RFC 9449 §11.1: the jtis of the DPoP proofs /token accepted, each single use inside its window. In the
+   * process with a memory or SQLite store; in the store itself with Redis, so every instance sees them.
+   */
+  readonly dpopReplay: ReplayCache
 }

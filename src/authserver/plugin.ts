@@ -10,7 +10,8 @@ import csrf from '@fastify/csrf-protection'
 import formbody from '@fastify/formbody'
 import type { EmbeddedIssuer } from '../authn/authenticator.js'
 import type { Principal } from '../authn/principal.js'
-import type { AuthorizationServerConfig } from '../config/schema.js'
+import type { AuthorizationServerConfig, DpopConfig } from '../config/schema.js'
+import { memoryReplayCache, sharedReplayCache, type ReplayCache } from '../dpop/replay.js'
 import { silentAudit, type AuditLog } from '../audit/audit.js'
 import { Metrics } from '../metrics/metrics.js'
 import { InvalidRequest, ServerError } from '../errors/oauth-errors.js'
@@ -32,6 +33,7 @@ import { Registrations } from './registration/registrations.js'
 import { ClientMetadataDocuments } from './client-metadata/documents.js'
 import { RevocationList } from './revocations.js'
 import { resolveSettings } from './settings.js'
+import type { StorageAdapter } from './storage/adapter.js'
 import { openStore } from './store.js'
 import { createThrottle, INTERACTION_LIMITS, redisLimiter, USER_CODE_LIMITS, type ThrottleEngaged } from './throttle.js'
 import { cookieOptions, CSRF_COOKIE } from './browser/session.js'
@@ -65,6 +67,8 @@ export interface AuthServerOptions {
   audit?: AuditLog
   /** The gateway's `resources[].resource` identifiers (RFC 9728): resources clients may ask for (RFC 8707). */
   resources?: readonly string[]
+  /** The top-level `dpop:` section: how /token checks DPoP proofs (RFC 9449), with defaults when absent. */
+  dpop?: DpopConfig | undefined
 }
 
 function principalOf(record: StoredAccessToken, issuer: string): Principal {
@@ -77,7 +81,18 @@ function principalOf(record: StoredAccessToken, issuer: string): Principal {
     jti: record.jti,
     // RFC 8707: what the token was issued for, so resource routes read it as they read a JWT's aud (issue 18).
     ...(Array.isArray(record.aud) && { audience: record.aud }),
+    // RFC 9449 §6: the key a bound token must be presented with, as a JWT's cnf.jkt (issue 20).
+    ...(typeof record.jkt === 'string' && { jkt: record.jkt }),
   }
+}
+
+/**
+ * RFC 9449 §11.1: where /token remembers the proofs it accepted. In the store when it is shared (Redis: one
+ * SET NX per proof, so a proof used at one instance is refused at every other), else in the process.
+ */
+function replayCacheFor(store: StorageAdapter, size: number): ReplayCache {
+  const firstUse = store.firstUse?.bind(store)
+  return firstUse ? sharedReplayCache({ firstUse }) : memoryReplayCache(size)
 }
 
 /** Fastify's own request errors (wrong content type, body too large, bad form) as RFC 6749 errors. */
@@ -110,7 +125,7 @@ async function connectShared(url: string, prefix: string, log: FastifyBaseLogger
 export async function createAuthServer(app: FastifyInstance, config: AuthorizationServerConfig,
   options: AuthServerOptions = {}): Promise<AuthServer> {
   const now = options.now ?? Date.now
-  const settings = resolveSettings(config, options.resources)
+  const settings = resolveSettings(config, options.resources, options.dpop, now)
   const log = app.log.child({ component: 'authorization-server' })
   const store = await openStore(settings, now, log)
   const keys = await KeyManager.open(store, {
@@ -161,6 +176,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     log,
     metrics: options.metrics ?? new Metrics({ defaultMetrics: false }),
     audit,
+    dpopReplay: replayCacheFor(store, settings.dpop.replayCacheSize),
   }
   const paths: string[] = []
   await app.register(async (scope) => {
@@ -180,7 +196,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     const corsPaths = new Set([`${settings.prefix}/token`, `${settings.prefix}/revoke`, `${settings.prefix}/userinfo`, `${settings.prefix}/register`])
     scope.addHook('onSend', async (request, reply) => {
       if (corsPaths.has(request.routeOptions.url ?? '')) {
-        reply.header('access-control-allow-origin', '*').header('access-control-expose-headers', 'www-authenticate, retry-after')
+        reply.header('access-control-allow-origin', '*').header('access-control-expose-headers', 'www-authenticate, retry-after, dpop-nonce')
       }
     })
     paths.push(
@@ -202,7 +218,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
         }, limiter, 'registrations', onEngaged),
       }) : []),
       ...registerMetadata(scope, ctx, {
-        implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo', 'id_token',
+        implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo', 'id_token', 'dpop',
           ...(registrations ? ['registration'] : []),
           ...(documents ? ['client_metadata_documents'] : []),
           ...(settings.grantTypes.has('authorization_code') ? ['authorization'] : []),

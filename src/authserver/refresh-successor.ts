@@ -16,9 +16,12 @@ function keyOf(refreshToken: string): Buffer {
   return Buffer.from(hkdfSync('sha256', refreshToken, Buffer.alloc(0), INFO, 32))
 }
 
-/** What a replay must repeat to get the same response: the scope and audience the rotation was asked for. */
-export function requestBinding(scope: readonly string[], audience: readonly string[]): Buffer {
-  return Buffer.from(JSON.stringify([scope, audience]))
+/**
+ * What a replay must repeat to get the same response: the scope and audience the rotation was asked for,
+ * and the DPoP key its access token is bound to, if any (a replay with another key gets nothing it could use).
+ */
+export function requestBinding(scope: readonly string[], audience: readonly string[], jkt?: string): Buffer {
+  return Buffer.from(JSON.stringify(jkt === undefined ? [scope, audience] : [scope, audience, jkt]))
 }
 
 /** base64url of iv, tag and ciphertext. */

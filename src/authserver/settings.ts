@@ -1,6 +1,7 @@
 /** `authorization_server:` with every default applied, in the units the code uses. */
-import type { AuthorizationServerConfig, GrantType } from '../config/schema.js'
+import type { AuthorizationServerConfig, DpopConfig, GrantType } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
+import { resolveDpop, type DpopSettings } from '../dpop/settings.js'
 import { KeyEncryptionKey } from './key-encryption.js'
 import { resolveRegistration, type RegistrationSettings } from './registration/policy.js'
 import { resolveClientMetadataDocuments, type ClientMetadataDocumentSettings } from './client-metadata/documents.js'
@@ -47,10 +48,17 @@ export interface AuthServerSettings {
   readonly registration?: RegistrationSettings
   /** `client_metadata_documents` (URL client_ids): set when enabled. */
   readonly clientMetadataDocuments?: ClientMetadataDocumentSettings
+  /** The top-level `dpop:` (issue 20): how /token checks DPoP proofs (RFC 9449 §4.3), and its nonces (§8). */
+  readonly dpop: DpopSettings
 }
 
-/** @param resources the gateway's `resources[].resource` identifiers (RFC 9728), which clients may ask for too */
-export function resolveSettings(config: AuthorizationServerConfig, resources: readonly string[] = []): AuthServerSettings {
+/**
+ * @param resources the gateway's `resources[].resource` identifiers (RFC 9728), which clients may ask for too
+ * @param dpop the top-level `dpop:` section, shared with the gateway
+ * @param now the clock of the DPoP nonces (injected by tests)
+ */
+export function resolveSettings(config: AuthorizationServerConfig, resources: readonly string[] = [], dpop?: DpopConfig,
+  now: () => number = Date.now): AuthServerSettings {
   const issuer = config.issuer!
   const audience = config.access_token?.audience ?? [issuer]
   const registration = resolveRegistration(config.registration)
@@ -83,5 +91,6 @@ export function resolveSettings(config: AuthorizationServerConfig, resources: re
       ...(clientMetadataDocuments ? ['authorization_code', 'refresh_token'] as const : [])]),
     ...(registration !== undefined && { registration }),
     ...(clientMetadataDocuments !== undefined && { clientMetadataDocuments }),
+    dpop: resolveDpop(dpop, now),
   }
 }

@@ -10,6 +10,7 @@ import type { AuthServerSettings } from './settings.js'
 import type { SigningKeys } from './context.js'
 import type { ArtifactWrite, StorageAdapter } from './storage/adapter.js'
 import type { RegisteredClient } from './clients.js'
+import { tokenTypeOf } from './dpop.js'
 
 /** Prefixes make our secrets recognisable to secret scanners and route opaque tokens without a lookup. */
 export const OPAQUE_ACCESS_TOKEN_PREFIX = 'pat_'
@@ -35,6 +36,11 @@ export interface GrantRecord {
    * widen (resource.ts). Absent: the configured `access_token.audience`, whatever it is at the time.
    */
   readonly resource?: readonly string[]
+  /**
+   * RFC 9449 §5: the thumbprint of the DPoP key a public client's refresh tokens are bound to, set when the
+   * grant started with a proof; every refresh must then come with a proof of that key.
+   */
+  readonly jkt?: string
 }
 
 /** What issuing a token reads of its grant: everything but createdAt (a refresh token's record holds all of it). */
@@ -51,6 +57,8 @@ export interface StoredAccessToken {
   readonly iat: number
   readonly exp: number
   readonly format: 'jwt' | 'opaque'
+  /** RFC 9449 §6: the thumbprint of the DPoP key the token is bound to; absent for a Bearer token. */
+  readonly jkt?: string
   readonly [member: string]: unknown
 }
 
@@ -64,12 +72,15 @@ export interface StoredRefreshToken {
   readonly authTime?: number
   /** The resources of the grant, kept whole however the access tokens were narrowed (RFC 8707 §2.2). */
   readonly resource?: readonly string[]
+  /** The grant's DPoP key binding (GrantRecord.jkt). */
+  readonly jkt?: string
   readonly [member: string]: unknown
 }
 
 /** An access token minted but not yet stored: the token, and the write that stores its record. */
 export interface MintedAccessToken {
   readonly token: string
+  readonly tokenType: 'Bearer' | 'DPoP'
   readonly expiresIn: number
   readonly record: StoredAccessToken
   readonly write: ArtifactWrite
@@ -78,7 +89,8 @@ export interface MintedAccessToken {
 /** RFC 6749 §5.1 success body (T-04). */
 export interface TokenResponseBody {
   access_token: string
-  token_type: 'Bearer'
+  /** DPoP when the access token is bound to the request's DPoP key (RFC 9449 §5). */
+  token_type: 'Bearer' | 'DPoP'
   expires_in: number
   scope: string
   refresh_token?: string
@@ -111,10 +123,14 @@ export class TokenService {
   /**
    * Starts a grant (a refresh family) for a user or client. A grant that can never be refreshed
    * (client_credentials) lives only as long as its access token, so the store does not keep it for 30 days.
+   * `jkt`, the key of the request's DPoP proof, binds the grant's refresh tokens when the client is public
+   * (RFC 9449 §5); a confidential client's are not bound, since it authenticates each refresh.
    */
   async startGrant(client: RegisteredClient, sub: string, scope: readonly string[],
-    options: { authTime?: number | undefined; refreshable?: boolean; resource?: readonly string[] | undefined } = {}): Promise<GrantRecord> {
+    options: { authTime?: number | undefined; refreshable?: boolean; resource?: readonly string[] | undefined; jkt?: string | undefined } = {},
+  ): Promise<GrantRecord> {
     const { authTime, refreshable = true, resource } = options
+    const jkt = refreshable && !client.confidential ? options.jkt : undefined
     const createdAt = this.nowSeconds()
     const lifetime = refreshable ? this.settings.refreshTokenTtlSeconds : this.settings.accessTokenTtlSeconds
     const grant: GrantRecord = {
@@ -126,16 +142,20 @@ export class TokenService {
       expiresAt: createdAt + lifetime,
       ...(authTime !== undefined && { authTime }),
       ...(resource !== undefined && { resource: [...resource] }),
+      ...(jkt !== undefined && { jkt }),
     }
     // Only a refreshable grant is looked up later; a client_credentials grant is never stored (one write less).
     if (refreshable) await this.store.upsert('grant', grant.grantId, { ...grant }, lifetime)
     return grant
   }
 
-  /** An access token of the grant, narrowed to `scope`; recorded so the grant's revocation reaches it. */
-  async issueAccessToken(grant: TokenGrant, scope: readonly string[],
-    audience: readonly string[] = this.settings.audience): Promise<{ token: string; expiresIn: number }> {
-    const minted = this.mintAccessToken(grant, scope, audience)
+  /**
+   * An access token of the grant, narrowed to `scope`; recorded so the grant's revocation reaches it. With
+   * `jkt` (the request's DPoP key), bound to that key.
+   */
+  async issueAccessToken(grant: TokenGrant, scope: readonly string[], audience: readonly string[] = this.settings.audience,
+    jkt?: string): Promise<MintedAccessToken> {
+    const minted = this.mintAccessToken(grant, scope, audience, jkt)
     await this.store.upsert(minted.write.kind, minted.write.id, minted.write.value, minted.write.expiresInSeconds)
     this.noteIssued(minted)
     return minted
@@ -145,7 +165,8 @@ export class TokenService {
    * An access token and the store write that records it, not yet written: refresh rotation writes it in the
    * same atomic step as the consume (StorageAdapter.consumeAndWrite), then calls noteIssued.
    */
-  mintAccessToken(grant: TokenGrant, scope: readonly string[], audience: readonly string[] = this.settings.audience): MintedAccessToken {
+  mintAccessToken(grant: TokenGrant, scope: readonly string[], audience: readonly string[] = this.settings.audience,
+    jkt?: string): MintedAccessToken {
     const { settings } = this
     const iat = this.nowSeconds()
     const expiresIn = Math.max(1, Math.min(settings.accessTokenTtlSeconds, grant.expiresAt - iat))
@@ -153,7 +174,7 @@ export class TokenService {
     const jti = randomUUID()
     const record: StoredAccessToken = {
       grantId: grant.grantId, jti, clientId: grant.clientId, sub: grant.sub, scope: scope.join(' '),
-      aud: [...audience], iat, exp, format: settings.accessTokenFormat,
+      aud: [...audience], iat, exp, format: settings.accessTokenFormat, ...(jkt !== undefined && { jkt }),
     }
     let token: string
     let id: string
@@ -173,10 +194,12 @@ export class TokenService {
         iat,
         exp,
         jti,
+        // RFC 9449 §6.1: the confirmation of the DPoP key the token is bound to.
+        ...(jkt !== undefined && { cnf: { jkt } }),
       }, key.privateKey)
       id = jti
     }
-    return { token, expiresIn, record, write: { kind: 'access_token', id, value: { ...record }, expiresInSeconds: expiresIn } }
+    return { token, tokenType: tokenTypeOf(jkt), expiresIn, record, write: { kind: 'access_token', id, value: { ...record }, expiresInSeconds: expiresIn } }
   }
 
   /** Keeps a minted access token's record for the token endpoint's audit line (takeIssued), once it is stored. */
@@ -199,20 +222,24 @@ export class TokenService {
       grantId: grant.grantId, clientId: grant.clientId, sub: grant.sub, scope: grant.scope, grantExpiresAt: grant.expiresAt,
       ...(grant.authTime !== undefined && { authTime: grant.authTime }),
       ...(grant.resource !== undefined && { resource: [...grant.resource] }),
+      ...(grant.jkt !== undefined && { jkt: grant.jkt }),
     }
     return { token, write: { kind: 'refresh_token', id: tokenHash(token), value: { ...record }, expiresInSeconds: Math.max(1, ttl) } }
   }
 
-  /** The T-04 response: an access token, and a refresh token when the client may refresh. */
+  /**
+   * The T-04 response: an access token, and a refresh token when the client may refresh. `jkt`: the key of
+   * the request's DPoP proof, which the access token is bound to (token_type DPoP).
+   */
   async respond(client: RegisteredClient, grant: GrantRecord, scope: readonly string[], withRefresh: boolean,
-    audience?: readonly string[]): Promise<TokenResponseBody> {
+    audience?: readonly string[], jkt?: string): Promise<TokenResponseBody> {
     // Written together: one commit of the store (group commit) rather than two in a row.
-    const [{ token, expiresIn }, refreshToken] = await Promise.all([
-      this.issueAccessToken(grant, scope, audience),
+    const [{ token, tokenType, expiresIn }, refreshToken] = await Promise.all([
+      this.issueAccessToken(grant, scope, audience, jkt),
       withRefresh && client.grantTypes.has('refresh_token') ? this.issueRefreshToken(grant) : undefined,
     ])
     return {
-      access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: scope.join(' '),
+      access_token: token, token_type: tokenType, expires_in: expiresIn, scope: scope.join(' '),
       ...(refreshToken !== undefined && { refresh_token: refreshToken }),
     }
   }

@@ -179,6 +179,11 @@ export function authorizationServerWarnings(config: GatewayConfig): string[] {
   if (registration?.enabled && (registration.policy?.scopes ?? []).length === 0) {
     warnings.push('authorization_server.registration.policy.scopes is empty: registered clients can be given no scope')
   }
+  // RFC 9449 §8: without a shared secret each process signs its own nonces, which the other instances refuse.
+  if (type === 'redis' && config.dpop?.nonce && config.dpop.nonce_secret === undefined) {
+    warnings.push('dpop.nonce is on with a Redis store but dpop.nonce_secret is not set: each instance makes its own DPoP nonces, ' +
+      'so a client sent to another instance gets use_dpop_nonce again; set the same nonce_secret on every instance')
+  }
   return warnings
 }
 

@@ -6,6 +6,7 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
 import { KEK_FORMAT, KEK_PATTERN } from '../authserver/key-encryption.js'
 import { PRESETS } from '../claims/issuer.js'
+import { DPOP_ALGORITHMS } from '../dpop/proof.js'
 
 /** A string enum that Ajv reports as one clean `enum` error (a union of literals would report noise). */
 function StringEnum<const T extends readonly string[]>(values: T, message?: string) {
@@ -107,8 +108,12 @@ const ClaimHeaders = Type.Record(Type.String(), ClaimPathText)
 const OneOrMorePaths = Type.Union([ClaimPathText, Type.Array(ClaimPathText, { minItems: 1 })],
   { 'x-message': 'must be a claim path or a list of claim paths' })
 
+/** Issue 20: whether a route (or an issuer's tokens) takes DPoP-bound tokens with proofs (src/dpop/). */
+const DpopMode = StringEnum(['required', 'allowed', 'off'] as const)
+
 const Issuer = Strict({
   issuer: NonEmpty,
+  dpop: Type.Optional(DpopMode),
   jwks_uri: Type.Optional(Type.String({ pattern: '^(https?|file)://', 'x-message': 'must be an http://, https:// or file:// URL' })),
   jwks_file: Type.Optional(NonEmpty),
   discovery: Type.Optional(Type.Boolean()),
@@ -168,6 +173,7 @@ const Route = Strict({
   max_body_size: Type.Optional(Size),
   cors: Type.Optional(RouteCors),
   mcp: Type.Optional(McpRules),
+  dpop: Type.Optional(DpopMode),
 })
 
 /** RFC 9728 (issue 18): a protected resource, its identifier and the routes that are it. */
@@ -220,6 +226,8 @@ const Client = Strict({
   audience: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
   name: Type.Optional(NonEmpty),
   id_token_signed_response_alg: Type.Optional(StringEnum(['RS256', 'ES256', 'EdDSA'] as const)),
+  // Issue 20: the client must send a DPoP proof to /token (RFC 9449 §5.2, the client metadata of that name).
+  dpop_bound_access_tokens: Type.Optional(Type.Boolean()),
 })
 
 const User = Strict({
@@ -301,6 +309,19 @@ const AuthorizationServer = Strict({
   })),
 })
 
+/** Issue 20: DPoP proof checks, shared by the embedded server's token endpoint and the gateway (src/dpop/settings.ts). */
+const Dpop = Strict({
+  algorithms: Type.Optional(Type.Array(StringEnum(DPOP_ALGORITHMS), { minItems: 1 })),
+  max_age: Type.Optional(Duration),
+  clock_skew: Type.Optional(Duration),
+  nonce: Type.Optional(Type.Boolean()),
+  nonce_lifetime: Type.Optional(Duration),
+  // Normally ${ENV}: what every instance signs its nonces with; a random one per process when unset.
+  nonce_secret: Type.Optional(Type.String({ minLength: 32, 'x-message': 'must be at least 32 characters' })),
+  replay_cache_size: Type.Optional(Type.Integer({ minimum: 1000, maximum: 10_000_000 })),
+  forward_proof: Type.Optional(Type.Boolean()),
+})
+
 const Cache = Strict({
   max_entries: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
   jwt: Type.Optional(Type.Boolean()),
@@ -334,6 +355,7 @@ export const GatewayConfigSchema = Strict({
   cors: Type.Optional(Cors),
   /** Scope hierarchies (issue 19, src/authz/hierarchy.ts): a scope → the narrower scopes it implies. */
   scope_implies: Type.Optional(Type.Record(Type.String({ minLength: 1 }), Type.Array(NonEmpty, { minItems: 1 }))),
+  dpop: Type.Optional(Dpop),
 })
 
 export type GatewayConfig = Static<typeof GatewayConfigSchema>
@@ -348,6 +370,8 @@ export type CorsConfig = Static<typeof Cors>
 export type RouteCorsConfig = Static<typeof RouteCorsObject>
 export type IntrospectionConfig = Static<typeof Introspection>
 export type CacheConfig = Static<typeof Cache>
+export type DpopConfig = Static<typeof Dpop>
+export type DpopModeConfig = Static<typeof DpopMode>
 export type AuditConfig = Static<typeof Audit>
 export type AuthorizationServerConfig = Static<typeof AuthorizationServer>
 export type ClientConfig = Static<typeof Client>

@@ -1,3 +1,5 @@
+import type { DpopFailure } from '../dpop/proof.js'
+
 /**
  * One class per error the gateway can answer with. OAuth errors carry their RFC code; `description` is
  * public and generic, `internal.detail` is the precise reason and goes to the log only.
@@ -13,6 +15,8 @@ export type ErrorCode =
   | 'unsupported_response_type' | 'login_required' | 'consent_required' | 'request_not_supported' | 'request_uri_not_supported'
   // RFC 7591 §3.2.2, answered by the embedded server's client registration endpoint
   | 'invalid_redirect_uri' | 'invalid_client_metadata'
+  // RFC 9449 §7.1 (gateway) and §5 (token endpoint): DPoP
+  | 'invalid_dpop_proof' | 'use_dpop_nonce'
 
 export interface ErrorInternals {
   detail?: string
@@ -30,12 +34,15 @@ export abstract class GatewayError extends Error {
   }
 }
 
-/** RFC 6750 §3.1: the request carried no token at all, so the challenge has no `error`. */
+/**
+ * RFC 6750 §3.1: the request carried no token at all, so the challenge has no `error`. On a route that
+ * requires DPoP (issue 20) the challenge is `DPoP … algs="…"` (RFC 9449 §7.1).
+ */
 export class MissingToken extends GatewayError {
   readonly code = 'unauthorized'
   readonly status = 401
   override readonly challenge = true
-  constructor() { super('a Bearer access token is required') }
+  constructor(readonly dpopAlgs?: string) { super(dpopAlgs === undefined ? 'a Bearer access token is required' : 'a DPoP-bound access token is required') }
 }
 export class InvalidRequest extends GatewayError {
   readonly code = 'invalid_request'
@@ -67,6 +74,32 @@ export class InvalidToken extends GatewayError {
     super('the access token is invalid or expired', { detail, cause })
   }
 }
+/** Why a DPoP request (or a bound token sent as Bearer) was refused: the metrics' `reason`, never the proof. */
+export type DpopRefusalReason = DpopFailure
+  | 'dpop_bound_as_bearer' | 'dpop_required' | 'dpop_off' | 'dpop_unbound' | 'dpop_replay_unavailable'
+
+/**
+ * RFC 9449 §7.1: a DPoP request refused, with a `WWW-Authenticate: DPoP` challenge (`error`, `algs`), and
+ * `DPoP-Nonce` when nonces are on. `invalid_dpop_proof` for the proof, `invalid_token` for the token's
+ * binding, `use_dpop_nonce` for a missing or stale nonce; 503 when the replay store cannot answer.
+ */
+export class DpopRefused extends GatewayError {
+  readonly code: ErrorCode
+  readonly status: number
+  override readonly challenge: boolean
+  /** The challenge's `algs`, set by the gate that refused. */
+  algs = ''
+  /** A fresh nonce for `DPoP-Nonce` when nonces are on. */
+  nonce: string | undefined
+  constructor(readonly reason: DpopRefusalReason, detail: string, code: 'invalid_dpop_proof' | 'invalid_token' = 'invalid_dpop_proof',
+    status = 401, cause?: unknown, useNonce = false) {
+    super(status === 503 ? 'the DPoP proof could not be checked now' : useNonce ? 'a DPoP nonce from this server is required' : detail, { detail, cause })
+    this.status = status
+    this.code = status === 503 ? 'temporarily_unavailable' : useNonce ? 'use_dpop_nonce' : code
+    this.challenge = status === 401
+  }
+}
+
 export class InsufficientScope extends GatewayError {
   readonly code = 'insufficient_scope'
   readonly status = 403

@@ -1,6 +1,6 @@
 /** The only writer of error responses: JSON body `{error, error_description}` plus the RFC 6750 challenge. */
 import type { ServerResponse } from 'node:http'
-import { GatewayError, InsufficientScope, MethodNotAllowed, MissingToken, TemporarilyUnavailable } from './oauth-errors.js'
+import { DpopRefused, GatewayError, InsufficientScope, MethodNotAllowed, MissingToken, TemporarilyUnavailable } from './oauth-errors.js'
 
 /** quoted-string safe: descriptions and scopes are ours, but never let one break the header. */
 function quote(value: string): string {
@@ -22,12 +22,15 @@ export interface ResourceChallenge {
  */
 export function challengeFor(error: GatewayError, realm: string, resource?: ResourceChallenge): string | undefined {
   if (!error.challenge) return undefined
-  let header = `Bearer realm=${quote(realm)}`
+  // RFC 9449 §7.1: DPoP's own scheme, with the algorithms a proof may use.
+  const dpopAlgs = error instanceof DpopRefused ? error.algs : error instanceof MissingToken ? error.dpopAlgs : undefined
+  let header = `${dpopAlgs === undefined ? 'Bearer' : 'DPoP'} realm=${quote(realm)}`
   let extra = ''
   if (resource !== undefined && (error.status === 401 || error instanceof InsufficientScope)) {
     if (error.status === 401 && resource.scope !== undefined) extra += `, scope=${quote(resource.scope)}`
     extra += `, resource_metadata=${quote(resource.metadataUrl)}`
   }
+  if (dpopAlgs !== undefined) extra += `, algs=${quote(dpopAlgs)}`
   if (error instanceof MissingToken) return header + extra  // RFC 6750 §3.1: no error code when no token was sent
   header += `, error=${quote(error.code)}, error_description=${quote(error.description)}`
   if (error instanceof InsufficientScope) header += `, scope=${quote(error.required.join(' '))}`
@@ -43,6 +46,7 @@ export function errorHeaders(error: GatewayError, realm: string, resource?: Reso
   if (challenge) headers['www-authenticate'] = challenge
   if (error instanceof MethodNotAllowed) headers.allow = error.allow.join(', ')
   if (error instanceof TemporarilyUnavailable) headers['retry-after'] = String(error.retryAfterSeconds)
+  if (error instanceof DpopRefused && error.nonce !== undefined) headers['dpop-nonce'] = error.nonce
   return headers
 }
 

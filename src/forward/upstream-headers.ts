@@ -67,12 +67,14 @@ export function reservedHeaderNames(forward: ForwardConfig | undefined): Readonl
  * @param claimHeaders every header any `claim_headers` names (removed from every request, as identity
  *   headers are), and the issuers' mappings
  */
+/** @param alsoRemoved more request headers not to forward (`dpop` unless `dpop.forward_proof`, issue 20) */
 export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: boolean,
-  claimHeaders: { names: readonly string[]; byIssuer: ReadonlyMap<string, readonly ClaimHeader[]> } = { names: [], byIssuer: new Map() }): HeaderPolicy {
+  claimHeaders: { names: readonly string[]; byIssuer: ReadonlyMap<string, readonly ClaimHeader[]> } = { names: [], byIssuer: new Map() },
+  alsoRemoved: readonly string[] = []): HeaderPolicy {
   const identity = identityNames(forward)
   const trustForwarded = forward?.trust_forwarded_headers ?? false
   const removed = new Set([...HOP_BY_HOP, ...identity, ...STRIPPED_HEADERS, ...(forward?.strip_headers ?? []).map((name) => name.toLowerCase()),
-    ...(trustForwarded ? [] : FORWARDED), ...claimHeaders.names])
+    ...(trustForwarded ? [] : FORWARDED), ...claimHeaders.names, ...alsoRemoved])
   if (forward?.strip_authorization) removed.add('authorization')
   return {
     removed,

@@ -8,7 +8,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { PlainCounter, PlainHistogram } from './plain.js'
 import type { CacheStats } from '../authn/token-cache.js'
 import type { KeySetStats } from '../authn/jwks.js'
-import type { InvalidTokenReason } from '../errors/oauth-errors.js'
+import type { DpopRefusalReason, InvalidTokenReason } from '../errors/oauth-errors.js'
 
 /** What happened to a request on the proxy path (the `decision` label). */
 export type Decision =
@@ -20,12 +20,12 @@ export type Decision =
   | 'error'           // a failure of ours: 500
 
 /** How a token was validated (the `method` label). */
-export type ValidationMethod = 'jwt' | 'introspection' | 'embedded'
+export type ValidationMethod = 'jwt' | 'introspection' | 'embedded' | 'dpop'
 
 /** Why a token could not be checked at all (result `unavailable`), as opposed to refused (result `invalid`). */
 export type UnavailableReason = 'keys_unavailable' | 'introspection_unavailable' | 'internal_error'
 
-const UNAVAILABLE: ReadonlySet<string> = new Set<UnavailableReason>(['keys_unavailable', 'introspection_unavailable', 'internal_error'])
+const UNAVAILABLE: ReadonlySet<string> = new Set<UnavailableReason | DpopRefusalReason>(['keys_unavailable', 'introspection_unavailable', 'internal_error', 'dpop_replay_unavailable'])
 
 /**
  * The `issuer` label of a token whose issuer is not configured (or that does not decode far enough to
@@ -45,10 +45,10 @@ const INTROSPECTION_OUTCOMES: readonly IntrospectionOutcome[] = ['active', 'inac
 export class ValidationCounts {
   /** Result `valid`, reason `ok` (cache hits included). */
   valid = 0
-  readonly refused = new Map<InvalidTokenReason | UnavailableReason, number>()
+  readonly refused = new Map<InvalidTokenReason | UnavailableReason | DpopRefusalReason, number>()
   constructor(readonly issuer: string, readonly method: ValidationMethod) {}
 
-  refuse(reason: InvalidTokenReason | UnavailableReason): void {
+  refuse(reason: InvalidTokenReason | UnavailableReason | DpopRefusalReason): void {
     this.refused.set(reason, (this.refused.get(reason) ?? 0) + 1)
   }
 }

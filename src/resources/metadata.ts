@@ -6,6 +6,7 @@
  */
 import { isLoopbackHost } from '../config/loopback.js'
 import type { GatewayConfig, ResourceConfig } from '../config/schema.js'
+import { DEFAULT_DPOP_ALGORITHMS } from '../dpop/settings.js'
 
 export const WELL_KNOWN = '/.well-known/oauth-protected-resource'
 
@@ -75,6 +76,19 @@ function routeScopes(config: GatewayConfig, routeIds: readonly string[]): string
   return [...scopes]
 }
 
+/**
+ * RFC 9728 §2 with RFC 9449 (issue 20): the algorithms a DPoP proof may use on the resource, unless every one
+ * of its routes says `dpop: off`; `dpop_bound_access_tokens_required` when every one says `required`.
+ */
+function dpopFields(config: GatewayConfig, routeIds: readonly string[]): Record<string, unknown> {
+  const modes = config.routes.filter((route) => routeIds.includes(route.id)).map((route) => route.dpop ?? 'allowed')
+  if (modes.length === 0 || modes.every((mode) => mode === 'off')) return {}
+  return {
+    dpop_signing_alg_values_supported: config.dpop?.algorithms ?? DEFAULT_DPOP_ALGORITHMS,
+    ...(modes.every((mode) => mode === 'required') && { dpop_bound_access_tokens_required: true }),
+  }
+}
+
 function documentOf(config: GatewayConfig, resource: ResourceConfig): string {
   const servers = resource.authorization_servers ?? defaultAuthorizationServers(config)
   return JSON.stringify({
@@ -82,6 +96,7 @@ function documentOf(config: GatewayConfig, resource: ResourceConfig): string {
     ...(servers.length > 0 && { authorization_servers: servers }),
     scopes_supported: resource.scopes_supported ?? routeScopes(config, resource.routes),
     bearer_methods_supported: ['header'],
+    ...dpopFields(config, resource.routes),
     ...(resource.resource_name !== undefined && { resource_name: resource.resource_name }),
     ...(resource.resource_documentation !== undefined && { resource_documentation: resource.resource_documentation }),
     ...(resource.resource_policy_uri !== undefined && { resource_policy_uri: resource.resource_policy_uri }),

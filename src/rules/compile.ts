@@ -56,6 +56,8 @@ export interface CompiledRule {
    * `forward.strip_authorization` is not set (MCP 2026-07-28: the server MUST NOT pass a client's token on).
    */
   readonly stripAuthorization: boolean
+  /** `dpop:` (issue 20): null when the route does not say (its token issuer's mode, else `allowed`, applies). */
+  readonly dpop: 'required' | 'allowed' | 'off' | null
 }
 
 export type RuleProblem = ConditionProblem
@@ -217,6 +219,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       cors: compileCorsPolicy(config.cors, route.cors, route.methods ? new Set(route.methods) : null),
       mcp: compileMcp(route.mcp, [...at, 'mcp'], auth, compiled.params, problems),
       stripAuthorization: route.mcp !== undefined && config.forward?.strip_authorization === undefined,
+      dpop: route.dpop ?? null,
     })
   })
   rules.sort(compareRules)

@@ -15,6 +15,7 @@ import {
 } from '../errors/oauth-errors.js'
 import type { Decision } from '../metrics/metrics.js'
 import { renderError, renderErrorOnSocket, type ResourceChallenge } from '../errors/render.js'
+import { isDpopScheme } from '../dpop/gateway.js'
 import { echoRequest } from '../forward/echo.js'
 import { ClientGone, forwardRequest, upstreamFailure, type ForwardHandler, type Upstream } from '../forward/proxy.js'
 import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
@@ -81,19 +82,40 @@ function matchOrThrow(rules: readonly CompiledRule[], method: string, path: stri
  * rejects with the error to answer. `check` authorizes the token: the route's rules, or on an MCP POST only
  * its audience (the rest is checked once the message is read, src/mcp/).
  */
-function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, query: string,
+function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, path: string, query: string,
   segments: readonly string[], check: typeof authorize = authorize): Principal | undefined | Promise<Principal> {
   if (rule.auth === 'none') return undefined
   rejectQueryToken(query)
+  const header = req.headers.authorization
+  // RFC 9449 §7: `DPoP <token>` with a proof (issue 20); on a route with `dpop: off` it is any other scheme.
+  if (header !== undefined && rule.dpop !== 'off' && isDpopScheme(header)) {
+    return authenticateDpop(rt, req, rule, path, segments, check, rt.dpop.token(header, rt.maxTokenSize))
+  }
   const token = extractBearerToken(req, rt.maxTokenSize)
   if (token === undefined) {
     if (rule.auth === 'optional') return undefined
-    throw new MissingToken()
+    throw rule.dpop === 'required' ? new MissingToken(rt.dpop.settings.algs) : new MissingToken()
   }
   const found = rt.authenticator.authenticate(token)
-  if (found instanceof Promise) return found.then((principal) => { check(principal, rule, req.headers, segments); return principal })
+  if (found instanceof Promise) {
+    return found.then((principal) => {
+      if (principal.jkt !== undefined || rule.dpop === 'required' || rt.dpop.issuerRequires) rt.dpop.refuseBearer(principal, rule.dpop)
+      check(principal, rule, req.headers, segments)
+      return principal
+    })
+  }
+  // A token bound to a key is no Bearer token (RFC 9449 §7.2); one test on the hot path when nothing requires DPoP.
+  if (found.jkt !== undefined || rule.dpop === 'required' || rt.dpop.issuerRequires) rt.dpop.refuseBearer(found, rule.dpop)
   check(found, rule, req.headers, segments)
   return found
+}
+
+async function authenticateDpop(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, path: string,
+  segments: readonly string[], check: typeof authorize, token: string): Promise<Principal> {
+  const principal = await rt.authenticator.authenticate(token)
+  await rt.dpop.verify(req, path, token, principal, rule.dpop)
+  check(principal, rule, req.headers, segments)
+  return principal
 }
 
 /** Why a forwarded request ended without its response relayed, as the error the client (or the log) gets. */
@@ -195,7 +217,7 @@ export class GatewayPipeline {
       refuseForeignOrigin(rule, req)
       if (req.method === 'POST' || hasBody(req)) return this.serveMcp(rt, req, res, outcome, rule, rule.mcp, path, query, segments)
     }
-    const found = authenticate(rt, req, rule, query, segments)
+    const found = authenticate(rt, req, rule, path, query, segments)
     if (found instanceof Promise || hasBody(req)) return this.serveLater(rt, req, res, outcome, rule, path, query, found)
     return this.forward(rt, req, res, outcome, rule, path, query, found, null)
   }
@@ -227,7 +249,7 @@ export class GatewayPipeline {
    */
   private async serveMcp(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     mcp: CompiledMcp, path: string, query: string, segments: readonly string[]): Promise<void> {
-    const principal = await authenticate(rt, req, rule, query, segments, requireAudience)
+    const principal = await authenticate(rt, req, rule, path, query, segments, requireAudience)
     const body = await authorizedMcpBody(req, res, rule, mcp, principal, rt.bodyPolicy, segments)
     return this.forward(rt, req, res, outcome, rule, path, query, principal, body)
   }
@@ -306,7 +328,7 @@ export class GatewayPipeline {
     const segments = splitPath(path)
     const rule = matchOrThrow(rt.rules, 'GET', path, segments)
     if (rule.challenge !== null) found.resourceMetadata = rule.challenge
-    const principal = await authenticate(rt, req, rule, query, segments)
+    const principal = await authenticate(rt, req, rule, path, query, segments)
     const headers = buildUpstreamHeaders(req, principal, rule.stripAuthorization ? rt.tokenlessHeaderPolicy : rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (!upstream.pool) throw new BadGateway(`upstream ${upstream.name} does not accept WebSocket upgrades`)

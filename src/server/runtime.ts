@@ -8,7 +8,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify'
 import { Authenticator, type EmbeddedIssuer, type RevocationCheck } from '../authn/authenticator.js'
-import type { GatewayConfig } from '../config/schema.js'
+import type { DpopConfig, GatewayConfig } from '../config/schema.js'
 import { parseDuration, parseSize } from '../config/units.js'
 import type { BodyPolicy } from './body-watch.js'
 import { createUpstream, type Upstream } from '../forward/proxy.js'
@@ -19,6 +19,9 @@ import { compileClaimPlan, type ClaimPlan } from '../claims/plan.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
 import type { CompiledRule } from '../rules/compile.js'
 import { compileCorsRuntime, type CorsRuntime } from '../cors/policy.js'
+import { DpopGate } from '../dpop/gateway.js'
+import type { SharedOnce } from '../dpop/replay.js'
+import type { DpopSettings } from '../dpop/settings.js'
 
 export interface GatewayRuntime {
   readonly rules: readonly CompiledRule[]
@@ -32,6 +35,8 @@ export interface GatewayRuntime {
   /** The same without `Authorization`: for routes that strip it although `forward` does not (`mcp` routes, issue 19). */
   readonly tokenlessHeaderPolicy: HeaderPolicy
   readonly realm: string
+  /** DPoP proofs (issue 20): always there (the scheme is accepted by default); its replay cache outlives reloads. */
+  readonly dpop: DpopGate
   readonly maxTokenSize: number
   readonly bodyPolicy: BodyPolicy
   readonly log: FastifyBaseLogger
@@ -50,6 +55,10 @@ export interface RuntimeDependencies {
   readonly now: () => number
   readonly embedded?: EmbeddedIssuer | undefined
   readonly isRevoked?: RevocationCheck | undefined
+  /** The store several instances share (Redis), for single use of DPoP proofs across them. */
+  readonly sharedOnce?: SharedOnce | undefined
+  /** The embedded server's DPoP settings and the `dpop:` they came from (one nonce secret for /token and the API). */
+  readonly dpop?: { readonly config: DpopConfig | undefined; readonly settings: DpopSettings } | undefined
 }
 
 /** The authenticator depends on these only (the claims it keeps come from the routes too). */
@@ -82,7 +91,9 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
   }
   if (authenticator !== previous?.authenticator) authenticator.prefetch()
   const { byMetadataPath } = compileResources(config)
-  const headerPolicy = createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer })
+  const dpop = new DpopGate({ config, metrics: deps.metrics, now: deps.now, shared: deps.sharedOnce, previous: previous?.dpop, initial: deps.dpop })
+  const headerPolicy = createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer },
+    dpop.settings.forwardProof ? [] : ['dpop'])
   return {
     rules,
     resourceMetadata: byMetadataPath.size > 0 ? byMetadataPath : null,
@@ -92,6 +103,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
     headerPolicy,
     tokenlessHeaderPolicy: { ...headerPolicy, removed: new Set([...headerPolicy.removed, 'authorization']) },
     realm: config.server?.realm ?? 'portcullis',
+    dpop,
     maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
     bodyPolicy: {
       bufferSize: parseSize(config.server?.body_buffer_size ?? '64kb'),

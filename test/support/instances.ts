@@ -21,7 +21,7 @@ export interface InstancePairOptions {
   prefix: string
   /** Merged over passwordSetup() in `authorization_server` (e.g. `throttling`). */
   authorizationServer?: Record<string, unknown>
-  /** Top-level config keys merged over the base config of both (e.g. `issuers`). */
+  /** Top-level config keys merged over the base config of both (e.g. `issuers`; `server` is merged under each one's `listen`). */
   extra?: Record<string, unknown>
   /** How long both may take to serve (default 20 s). */
   startTimeoutMs?: number
@@ -116,7 +116,7 @@ async function tryStart(options: InstancePairOptions): Promise<InstancePair> {
     const file = path.join(dir, `${name}.yaml`)
     const auditFile = path.join(dir, `audit-${name}.log`)
     writeFileSync(file, stringify({
-      ...base, server: { listen: `127.0.0.1:${port}` }, admin: { listen: `127.0.0.1:${adminPort}` }, audit: { output: auditFile },
+      ...base, server: { ...options.extra?.server as Record<string, unknown> | undefined, listen: `127.0.0.1:${port}` }, admin: { listen: `127.0.0.1:${adminPort}` }, audit: { output: auditFile },
     }))
     const running = spawnProcess(process.execPath, [CLI, 'start', '--config', file], { env: { PATH: process.env.PATH } })
     spawned.push([name, running])

@@ -309,6 +309,30 @@ export function describeStorageContract(name: string, factory: StorageFactory): 
       })
     })
 
+    // Optional (adapter.ts): the shared store has it; stores one process uses leave it out, reported as skipped here.
+    describe('firstUse', () => {
+      it('is true for the first of 10 parallel callers only, and false on every later call', async (context) => {
+        const { store } = await open()
+        if (store.firstUse === undefined) return context.skip(`the ${name} adapter has no firstUse`)
+        const results = await Promise.all(Array.from({ length: 10 }, () => store.firstUse!('dpop:proof-1', 60)))
+        expect(results.filter(Boolean)).toHaveLength(1)
+        expect(await store.firstUse('dpop:proof-1', 60)).toBe(false)
+        expect(await store.firstUse('dpop:proof-2', 60)).toBe(true)
+      })
+
+      it('keeps its ids apart from every artifact', async (context) => {
+        const { store } = await open()
+        if (store.firstUse === undefined) return context.skip(`the ${name} adapter has no firstUse`)
+        await store.upsert('access_token', 'same-id', { a: 1 }, 60)
+        expect(await store.firstUse('same-id', 60)).toBe(true)
+        expect(await store.find('access_token', 'same-id')).toStrictEqual({ a: 1 })
+        expect((await store.list('access_token')).map((record) => record.id)).toStrictEqual(['same-id'])
+        for (const kind of KINDS.filter((kind) => kind !== 'access_token')) expect(await store.list(kind)).toStrictEqual([])
+        expect(await store.purgeExpired()).toBe(0)
+        expect(await store.firstUse('same-id', 60)).toBe(false)
+      })
+    })
+
     describe('ping and close', () => {
       it('pings while open, and a second close is harmless', async () => {
         const { store } = await open()

@@ -79,6 +79,7 @@ export async function sendCode(ctx: AuthServerContext, reply: FastifyReply, meth
     authTime: session.authTime,
     ...(request.nonce !== undefined && { nonce: request.nonce }),
     ...(request.codeChallenge !== undefined && { codeChallenge: request.codeChallenge, codeChallengeMethod: 'S256' as const }),
+    ...(request.dpopJkt !== undefined && { dpopJkt: request.dpopJkt }),
   })
   return sendRedirect(reply, method, authorizationResponseUrl(ctx, request, { code }))
 }

@@ -23,6 +23,8 @@ export interface AuthorizationRequest {
   readonly nonce?: string
   readonly codeChallenge?: string
   readonly codeChallengeMethod?: 'S256'
+  /** RFC 9449 §10: the thumbprint of the DPoP key the code is to be redeemed with. */
+  readonly dpopJkt?: string
   /** OIDC max_age, seconds. */
   readonly maxAge?: number
   readonly prompt: readonly string[]

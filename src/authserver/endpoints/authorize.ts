@@ -29,6 +29,8 @@ const PROMPTS = new Set(['none', 'login', 'consent'])
 /** Ample for any honest client; a longer value is refused rather than stored in a code. */
 const MAX_NONCE = 512
 const MAX_STATE = 2048
+/** RFC 9449 §10: dpop_jkt is a JWK SHA-256 thumbprint (RFC 7638), base64url: 43 characters. */
+const JKT = /^[A-Za-z0-9_-]{43}$/
 
 function parametersOf(request: FastifyRequest): Parameters {
   const params = new Map<string, string[]>()
@@ -96,6 +98,8 @@ function validate(ctx: AuthServerContext, params: Parameters, client: Registered
   }
   const nonce = one(params, 'nonce')
   if (nonce !== undefined && nonce.length > MAX_NONCE) throw new InvalidRequest('nonce is too long')
+  const dpopJkt = one(params, 'dpop_jkt')
+  if (dpopJkt !== undefined && !JKT.test(dpopJkt)) throw new InvalidRequest('dpop_jkt must be a base64url SHA-256 JWK thumbprint')
   const maxAgeText = one(params, 'max_age')
   if (maxAgeText !== undefined && !/^\d{1,10}$/.test(maxAgeText)) throw new InvalidRequest('max_age must be a number of seconds')
   const prompt = [...new Set((one(params, 'prompt') ?? '').split(' ').filter((item) => item !== ''))]
@@ -112,6 +116,7 @@ function validate(ctx: AuthServerContext, params: Parameters, client: Registered
     ...(resource !== undefined && { resource }),
     ...(nonce !== undefined && { nonce }),
     ...(codeChallenge !== undefined && { codeChallenge, codeChallengeMethod: 'S256' as const }),
+    ...(dpopJkt !== undefined && { dpopJkt }),
     ...(maxAgeText !== undefined && { maxAge: Number(maxAgeText) }),
     prompt,
   }

@@ -7,6 +7,7 @@ import type { FastifyInstance } from 'fastify'
 import { InvalidClient, InvalidRequest } from '../../errors/oauth-errors.js'
 import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
+import { tokenTypeOf } from '../dpop.js'
 import { noStore, parseForm, refuseOtherMethods, rejectCredentialsInQuery, sendOAuthError } from '../http.js'
 import { findToken } from '../token-lookup.js'
 
@@ -40,13 +41,15 @@ export function registerIntrospection(app: FastifyInstance, ctx: AuthServerConte
         active: true,
         scope: accessRecord.scope,
         client_id: accessRecord.clientId,
-        token_type: 'Bearer',
+        // RFC 9449 §6.2: a bound token says so, and names its key.
+        token_type: tokenTypeOf(accessRecord.jkt),
         exp: accessRecord.exp,
         iat: accessRecord.iat,
         sub: accessRecord.sub,
         aud: accessRecord.aud.length === 1 ? accessRecord.aud[0] : accessRecord.aud,
         iss: ctx.settings.issuer,
         jti: accessRecord.jti,
+        ...(accessRecord.jkt !== undefined && { cnf: { jkt: accessRecord.jkt } }),
       }))
     } catch (error) {
       return sendOAuthError(reply, error, ctx.settings.issuer)

@@ -23,7 +23,8 @@ import { servePublicDocument } from './public-document.js'
  *   is listed only if, besides, some client is registered for it (checklist PW-01);
  * - `registration`: registration_endpoint (RFC 7591 §3; RFC 8414 §2), and the scopes clients may register
  *   for in scopes_supported;
- * - `client_metadata_documents`: client_id_metadata_document_supported (issue 19), and those clients' scopes.
+ * - `client_metadata_documents`: client_id_metadata_document_supported (issue 19), and those clients' scopes;
+ * - `dpop`: dpop_signing_alg_values_supported (RFC 9449 §5.1), the algorithms `dpop.algorithms` accepts.
  */
 export interface ImplementedEndpoints {
   readonly implemented: ReadonlySet<string>
@@ -80,6 +81,8 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
     // OIDC Discovery §3 (RECOMMENDED): the ID token's claims and the standard claims /userinfo releases.
     ...(has('id_token') && { claims_supported: claimsSupported() }),
     ...(authorization && { authorization_response_iss_parameter_supported: true }),
+    // RFC 9449 §5.1: that /token takes DPoP proofs, and signed with which algorithms.
+    ...(has('dpop') && { dpop_signing_alg_values_supported: [...settings.dpop.algorithms] }),
     // RFC 9728 §4 (OPTIONAL). RFC 8414 has no member for `access_token.audience`, and RFC 8707 defines none.
     ...nonEmpty('protected_resources', [...new Set(protectedResources)]),
   }

@@ -1,14 +1,17 @@
 /**
  * The token endpoint (checklist §3): POST only, form body, no credentials in the query, then grant_type
- * → client authentication → the client's registration → the grant module. Every answer, success or
- * error, is no-store (G-04); errors are 400 except invalid_client (401) and throttling (429).
+ * → client authentication → the client's registration → its DPoP proof, if any (RFC 9449 §5, dpop.ts) →
+ * the grant module. Every answer, success or error, is no-store (G-04); errors are 400 except
+ * invalid_client (401), throttling (429) and a store that cannot answer (503). With `dpop.nonce` on, every
+ * answer carries a `DPoP-Nonce` (§8), so a client always holds a fresh one.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyRequest, onRequestAsyncHookHandler } from 'fastify'
 import { decodeJwt } from 'jose'
 import { tokenHash } from '../../authn/token-cache.js'
 import { GatewayError, InvalidRequest, UnauthorizedClient, UnsupportedGrantType } from '../../errors/oauth-errors.js'
 import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
+import { checkTokenRequestProof } from '../dpop.js'
 import type { GrantHandler } from '../grants/grant.js'
 import type { StoredAccessToken, TokenResponseBody } from '../tokens.js'
 import { requestedResources, resourceParameters } from '../resource.js'
@@ -44,6 +47,13 @@ async function auditIssued(ctx: AuthServerContext, request: FastifyRequest, gran
 export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerContext, grants: ReadonlyMap<string, GrantHandler>): string[] {
   const path = `${ctx.settings.prefix}/token`
   const { issuer } = ctx.settings
+  // RFC 9449 §4.3: a proof's htu is the endpoint as the metadata names it, under the issuer, whatever Host says.
+  const tokenEndpoint = new URL(issuer).origin + path
+  const nonces = ctx.settings.dpop.nonces
+  // First of the hooks, so that the answers refused before the body is read carry it too.
+  const sendNonce: onRequestAsyncHookHandler | undefined = nonces
+    ? async (_request, reply) => { reply.header('dpop-nonce', nonces.current()) }
+    : undefined
 
   /** Implemented, and some client is registered for it: otherwise unsupported (T-02, PW-01). */
   function grantFor(grantType: string): GrantHandler {
@@ -56,7 +66,7 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
   }
 
   // Credentials in the URI or a body that is not a form are refused before the body is read.
-  app.post(path, { onRequest: formPostGuard(issuer) }, async (request, reply) => {
+  app.post(path, { onRequest: sendNonce ? [sendNonce, formPostGuard(issuer)] : formPostGuard(issuer) }, async (request, reply) => {
     try {
       const form = parseForm(request.body, REPEATABLE)
       const grantType = form.get('grant_type')
@@ -68,7 +78,9 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       }
       // RFC 8707: every resource named must be one clients may ask for, whatever the grant then allows.
       const audience = requestedResources(resourceParameters(request.body), ctx.settings.resourceIndicators)
-      const body = await handler.handle({ form, client, ip: request.ip, audience, ctx })
+      // Checked and spent before the grant runs: a refused proof leaves every code and refresh token as it was.
+      const dpop = await checkTokenRequestProof(ctx, request, client, tokenEndpoint)
+      const body = await handler.handle({ form, client, ip: request.ip, audience, dpop, ctx })
       // client_id is a label only once authenticated: it is then one from the config, never made up. Registered
       // clients (issue 19) share one value: their ids are random and unbounded in number.
       ctx.metrics.tokensIssued.inc({ grant_type: handler.grantType, client_id: client.dynamic ? DYNAMIC_CLIENT_LABEL : client.clientId })

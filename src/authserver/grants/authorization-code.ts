@@ -1,16 +1,18 @@
 /**
  * grant_type=authorization_code (checklist §3.1, §3.2). The steps run in the order AC-07 fixes: the token
  * endpoint has authenticated the client; then the code is looked up and its bindings checked (client,
- * PKCE, redirect_uri, user, RFC 8707 resources), and only then is it consumed. So a replay that would fail
+ * PKCE, redirect_uri, RFC 9449 dpop_jkt, user, RFC 8707 resources), and only then is it consumed. So a replay that would fail
  * anyway (a wrong verifier, another client) revokes nothing, while an otherwise valid second redemption
  * revokes the grant the first one started (AC-06), however close together the two arrive (AC-08).
  */
+import type { VerifiedProof } from '../../dpop/proof.js'
 import { InvalidGrant, InvalidRequest } from '../../errors/oauth-errors.js'
 import {
   codeId, findAuthorizationCode, linkGrant, linkedGrant, markReplayed, wasReplayed, type AuthorizationCodeRecord,
 } from '../authorization-codes.js'
 import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
+import { InvalidDpopProof } from '../dpop.js'
 import { withIdToken } from '../id-token.js'
 import { verifierIsWellFormed, verifyPkce } from '../pkce.js'
 import { audienceWithin } from '../resource.js'
@@ -45,6 +47,13 @@ function checkRedirectUri(code: AuthorizationCodeRecord, redirectUri: string | u
   if (redirectUri !== code.redirectUri) throw new InvalidGrant('redirect_uri differs from the authorization request\'s')
 }
 
+/** RFC 9449 §10: a code issued with dpop_jkt is redeemed with a proof of that key, and no other. */
+function checkDpopJkt(code: AuthorizationCodeRecord, dpop: VerifiedProof | undefined): void {
+  if (code.dpopJkt === undefined) return
+  if (dpop === undefined) throw new InvalidDpopProof('dpop_missing', 'a DPoP proof is required: the authorization request named dpop_jkt')
+  if (dpop.jkt !== code.dpopJkt) throw new InvalidDpopProof('dpop_key_mismatch', 'the DPoP proof\'s key is not the one dpop_jkt named')
+}
+
 /**
  * AC-06: an otherwise valid redemption of a consumed code. The grant the first redemption started dies;
  * if that one has not recorded its grant yet, the mark left here makes it revoke the grant itself.
@@ -65,7 +74,7 @@ async function refuseReplay(ctx: AuthServerContext, id: string, code: Authorizat
 export const authorizationCodeGrant: GrantHandler = {
   grantType: 'authorization_code',
   parameters: ['code', 'redirect_uri', 'code_verifier'],
-  async handle({ form, client, ip, audience: resource, ctx }) {
+  async handle({ form, client, ip, audience: resource, dpop, ctx }) {
     const presented = form.get('code')
     if (presented === undefined) throw new InvalidRequest('code is required')  // AC-02
     const id = codeId(presented)
@@ -75,6 +84,7 @@ export const authorizationCodeGrant: GrantHandler = {
     if (code.clientId !== client.clientId) throw new InvalidGrant('authorization code of another client')
     checkPkce(code, form.get('code_verifier'), client)
     checkRedirectUri(code, form.get('redirect_uri'))
+    checkDpopJkt(code, dpop)
     if (!ctx.users.findBySub(code.sub)) throw new InvalidGrant('the user no longer exists')
     // RFC 8707 §2.2: resources within those the code was issued for (invalid_target otherwise, and the code
     // stays unused, as for the checks above); without any, all of them.
@@ -86,12 +96,12 @@ export const authorizationCodeGrant: GrantHandler = {
     const refreshable = client.grantTypes.has('refresh_token')
     // The refresh token is bound to the whole grant, whatever this access token was narrowed to (RFC 8707 §2.2).
     const grant = await ctx.tokens.startGrant(client, code.sub, code.scope,
-      { authTime: code.authTime, refreshable, resource: code.resource })
+      { authTime: code.authTime, refreshable, resource: code.resource, jkt: dpop?.jkt })
     await linkGrant(ctx, id, code, grant.grantId)
     // AC-09: a refresh token only for a client registered for refresh_token (respond checks), scope as
     // granted, and an ID token when that scope holds openid, with the authorization request's nonce (ID-03).
     const body = await withIdToken(ctx, { client, grant, scope: code.scope, nonce: code.nonce },
-      await ctx.tokens.respond(client, grant, code.scope, true, audience))
+      await ctx.tokens.respond(client, grant, code.scope, true, audience, dpop?.jkt))
     // A replay that ran before linkGrant could not find the grant: it left a mark instead (AC-06). The
     // response still goes out (AC-08: one success), but its tokens are already dead.
     if (await wasReplayed(ctx, id)) await revokeGrant(ctx, grant.grantId, 'authorization code replayed during its redemption')

@@ -13,7 +13,7 @@ const OPENID = 'openid'
 export const clientCredentialsGrant: GrantHandler = {
   grantType: 'client_credentials',
   parameters: ['scope'],
-  async handle({ form, client, audience: resource, ctx }) {
+  async handle({ form, client, audience: resource, dpop, ctx }) {
     // RFC 6749 §4.4: only a client that authenticated may act on its own behalf.
     if (!client.confidential) throw new UnauthorizedClient(`public client ${client.clientId} cannot use client_credentials`)
     const requested = form.get('scope')
@@ -24,6 +24,6 @@ export const clientCredentialsGrant: GrantHandler = {
     const scope = grantScope(requested, [...client.scopes].filter((name) => name !== OPENID))
     const grant = await ctx.tokens.startGrant(client, client.clientId, scope, { refreshable: false })
     // RFC 8707 §2.2: any resource clients may ask for; without one, the configured audience.
-    return ctx.tokens.respond(client, grant, scope, false, resource ?? ctx.settings.audience)
+    return ctx.tokens.respond(client, grant, scope, false, resource ?? ctx.settings.audience, dpop?.jkt)
   },
 }

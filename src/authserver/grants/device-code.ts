@@ -5,6 +5,7 @@
  * else (DC-04); denied → access_denied; pending → authorization_pending (DC-02), or slow_down when polled
  * sooner than the interval, which then grows by 5 s for good (DC-03); approved → tokens, once (DC-06).
  */
+import type { VerifiedProof } from '../../dpop/proof.js'
 import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
 import { AccessDenied, AuthorizationPending, ExpiredToken, InvalidGrant, InvalidRequest, SlowDown } from '../../errors/oauth-errors.js'
@@ -23,7 +24,7 @@ import type { GrantHandler } from './grant.js'
  * that finds it redeemed but not yet linked lost a race with the redeeming poll, and gets nothing.
  */
 async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: RegisteredClient,
-  audience: readonly string[]): Promise<TokenResponseBody> {
+  audience: readonly string[], dpop: VerifiedProof | undefined): Promise<TokenResponseBody> {
   if (record.redeemed) {
     // [DECISION] as node-oidc-provider's consumeGrantSource: a replayed device_code may have leaked.
     if (record.grantId !== undefined) {
@@ -39,10 +40,10 @@ async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: 
   // Of parallel polls, the atomic consume lets exactly one through.
   if (!(await redeemDeviceCode(ctx, record))) throw new InvalidGrant('device_code already being redeemed')
   const grant = await ctx.tokens.startGrant(client, record.sub, record.scope,
-    { authTime: record.authTime, refreshable: client.grantTypes.has('refresh_token'), resource: record.resource })
+    { authTime: record.authTime, refreshable: client.grantTypes.has('refresh_token'), resource: record.resource, jkt: dpop?.jkt })
   // ID-01: an ID token when openid was approved; auth_time is the approving login's, and there is no nonce.
   const body = await withIdToken(ctx, { client, grant, scope: record.scope },
-    await ctx.tokens.respond(client, grant, record.scope, true, audience))
+    await ctx.tokens.respond(client, grant, record.scope, true, audience, dpop?.jkt))
   await linkGrant(ctx, record, grant.grantId)
   return body
 }
@@ -50,7 +51,7 @@ async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: 
 export const deviceCodeGrant: GrantHandler = {
   grantType: DEVICE_CODE_GRANT_TYPE,
   parameters: ['device_code'],
-  async handle({ form, client, audience: resource, ctx }) {
+  async handle({ form, client, audience: resource, dpop, ctx }) {
     const deviceCode = form.get('device_code')
     if (deviceCode === undefined) throw new InvalidRequest('device_code is required')
     const record = await findDeviceCode(ctx, deviceCode)
@@ -62,7 +63,7 @@ export const deviceCodeGrant: GrantHandler = {
     // RFC 8707 §2.2, as for codes: the poll may narrow the resources asked for at /device_authorization.
     const audience = audienceWithin(ctx.settings, record.resource, resource)
     if (record.status === 'denied') throw new AccessDenied()
-    if (record.status === 'approved') return redeem(ctx, record, client, audience)
+    if (record.status === 'approved') return redeem(ctx, record, client, audience, dpop)
     // RFC 8628 §3.5: slow_down is a pending answer, and its longer interval holds for every later poll.
     const tooSoon = record.lastPollAt !== undefined && now - record.lastPollAt < record.interval * 1000
     const interval = tooSoon ? record.interval + SLOW_DOWN_STEP_SECONDS : record.interval

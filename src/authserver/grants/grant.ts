@@ -1,5 +1,6 @@
 /** A grant type is one module: its name, the parameters it reads, and `handle` (STYLE §5). */
 import type { GrantType } from '../../config/schema.js'
+import type { VerifiedProof } from '../../dpop/proof.js'
 import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
 import type { Form } from '../http.js'
@@ -17,6 +18,11 @@ export interface GrantRequest {
    * resources, RFC 8707 §2.2) and what `aud` is without them.
    */
   readonly audience?: readonly string[] | undefined
+  /**
+   * The request's DPoP proof (RFC 9449), verified and spent by the token endpoint; undefined without one.
+   * The access token is bound to its key, and so are a public client's refresh tokens (tokens.ts).
+   */
+  readonly dpop?: VerifiedProof | undefined
   readonly ctx: AuthServerContext
 }
 

@@ -13,7 +13,7 @@ import type { GrantHandler } from './grant.js'
 export const passwordGrant: GrantHandler = {
   grantType: 'password',
   parameters: ['username', 'password', 'scope'],
-  async handle({ form, client, ip, audience: resource, ctx }) {
+  async handle({ form, client, ip, audience: resource, dpop, ctx }) {
     // RFC 9700 §2.4: the resource owner hands its password to the client, so only our own clients may ask.
     if (!client.firstParty) throw new UnauthorizedClient(`client ${client.clientId} is not first-party`)
     const username = form.get('username')
@@ -30,9 +30,9 @@ export const passwordGrant: GrantHandler = {
     }
     // The user authenticated just now: that is the grant's auth_time. The resources named here are the
     // grant's, which its refreshes may narrow (RFC 8707 §2.2); without any, the configured audience.
-    const grant = await ctx.tokens.startGrant(client, user.sub, scope, { authTime: Math.floor(ctx.now() / 1000), resource })
+    const grant = await ctx.tokens.startGrant(client, user.sub, scope, { authTime: Math.floor(ctx.now() / 1000), resource, jkt: dpop?.jkt })
     // ID-01: an ID token when openid is granted, without nonce (there was no authorization request).
     return withIdToken(ctx, { client, grant, scope },
-      await ctx.tokens.respond(client, grant, scope, true, resource ?? ctx.settings.audience))
+      await ctx.tokens.respond(client, grant, scope, true, resource ?? ctx.settings.audience, dpop?.jkt))
   },
 }

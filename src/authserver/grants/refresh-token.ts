@@ -11,8 +11,14 @@
  * most 10 s): there the same client asking for the same scope and audience, while the new refresh token is
  * still unused, gets that rotation's response again: the same tokens, never a second family. The response
  * is kept for the grace only, sealed under the old refresh token (refresh-successor.ts).
+ *
+ * DPoP (RFC 9449 §5): a family a public client started with a proof is bound to that key; a refresh without
+ * a proof of it is refused before anything else is looked at, so it neither rotates nor revokes (whoever
+ * holds the token without the key can do nothing with it). The new access token is bound to the key of the
+ * refresh's own proof, if any, whatever the client.
  */
 import { tokenHash } from '../../authn/token-cache.js'
+import type { VerifiedProof } from '../../dpop/proof.js'
 import { InvalidGrant, InvalidRequest } from '../../errors/oauth-errors.js'
 import type { RegisteredClient } from '../clients.js'
 import type { AuthServerContext } from '../context.js'
@@ -26,6 +32,13 @@ import type { StoredRefreshToken, TokenGrant, TokenResponseBody } from '../token
 import type { GrantHandler } from './grant.js'
 
 type FoundRefreshToken = StoredRefreshToken & { readonly consumedAt?: number }
+
+/** §5: a bound family is refreshed with a proof of its key only; the refusal changes nothing stored. */
+function checkBinding(stored: FoundRefreshToken, dpop: VerifiedProof | undefined): void {
+  if (stored.jkt === undefined) return
+  if (dpop === undefined) throw new InvalidGrant('refresh token bound to a DPoP key, presented without a proof', 'the refresh token is bound to a DPoP key: send a proof of it')
+  if (dpop.jkt !== stored.jkt) throw new InvalidGrant('refresh token bound to another DPoP key', 'the refresh token is bound to another DPoP key')
+}
 
 /** One presentation of a refresh token: who, which token (raw, for the seal; hashed, its id), what for. */
 interface Presentation {
@@ -69,7 +82,7 @@ async function presentedAgain(request: Presentation, stored: FoundRefreshToken, 
 export const refreshTokenGrant: GrantHandler = {
   grantType: 'refresh_token',
   parameters: ['refresh_token', 'scope'],
-  async handle({ form, client, ip, audience: resource, ctx }) {
+  async handle({ form, client, ip, audience: resource, dpop, ctx }) {
     const presented = form.get('refresh_token')
     if (presented === undefined) throw new InvalidRequest('refresh_token is required')
     const id = tokenHash(presented)
@@ -77,11 +90,12 @@ export const refreshTokenGrant: GrantHandler = {
     if (!stored) throw new InvalidGrant('unknown, expired or revoked refresh token')
     // RT-02: another client's refresh token says nothing about itself to this client.
     if (stored.clientId !== client.clientId) throw new InvalidGrant('refresh token of another client')
+    checkBinding(stored, dpop)
     // RT-06, checked before anything is consumed: a refused scope leaves the refresh token usable. So does a
     // resource outside the grant's (RFC 8707 §2.2: invalid_target); without one, the grant's resources.
     const scope = grantScope(form.get('scope'), stored.scope)
     const audience = audienceWithin(ctx.settings, stored.resource, resource)
-    const request: Presentation = { ctx, client, presented, id, binding: requestBinding(scope, audience), ip }
+    const request: Presentation = { ctx, client, presented, id, binding: requestBinding(scope, audience, dpop?.jkt), ip }
     if (stored.consumedAt !== undefined) return presentedAgain(request, stored, stored.consumedAt)
     if (stored.grantExpiresAt <= Math.floor(ctx.now() / 1000)) throw new InvalidGrant('the grant has ended')
     // RT-09: a user or client removed from the config can no longer refresh.
@@ -93,13 +107,14 @@ export const refreshTokenGrant: GrantHandler = {
       grantId: stored.grantId, clientId: stored.clientId, sub: stored.sub, scope: stored.scope, expiresAt: stored.grantExpiresAt,
       ...(stored.authTime !== undefined && { authTime: stored.authTime }),
       ...(stored.resource !== undefined && { resource: stored.resource }),
+      ...(stored.jkt !== undefined && { jkt: stored.jkt }),
     }
-    const access = ctx.tokens.mintAccessToken(grant, scope, audience)
+    const access = ctx.tokens.mintAccessToken(grant, scope, audience, dpop?.jkt)
     const refresh = ctx.tokens.mintRefreshToken(grant)
     // RT-07: an ID token when the narrowed scope still holds openid; the grant keeps sub and auth_time, and
     // there is no nonce (that belonged to the authorization request, OIDC Core §12.2).
     const body = await withIdToken(ctx, { client, grant, scope },
-      { access_token: access.token, token_type: 'Bearer', expires_in: access.expiresIn, scope: scope.join(' '), refresh_token: refresh.token })
+      { access_token: access.token, token_type: access.tokenType, expires_in: access.expiresIn, scope: scope.join(' '), refresh_token: refresh.token })
     const writes: ArtifactWrite[] = [access.write, refresh.write]
     const graceMs = reuseGraceMs(ctx, client)
     if (graceMs > 0) {

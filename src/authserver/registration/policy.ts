@@ -48,6 +48,8 @@ export interface ClientMetadata {
   readonly software_version?: string
   /** OpenID Connect Registration §2: RS256 or the access-token algorithm, the two the server has keys for. */
   readonly id_token_signed_response_alg?: SigningAlgorithm
+  /** RFC 9449 §5.2: the client always sends DPoP proofs to /token; false when omitted. */
+  readonly dpop_bound_access_tokens?: boolean
 }
 
 /** `registration:` with every default applied; undefined when registration is off. */
@@ -191,6 +193,8 @@ export function checkClientMetadata(body: unknown, settings: RegistrationSetting
   const softwareId = shortText(member(fields, 'software_id'), 'software_id', MAX_SOFTWARE_FIELD)
   const softwareVersion = shortText(member(fields, 'software_version'), 'software_version', MAX_SOFTWARE_FIELD)
   const idTokenAlg = idTokenAlgOf(member(fields, 'id_token_signed_response_alg'), algorithm)
+  const dpopBound = member(fields, 'dpop_bound_access_tokens')
+  if (dpopBound !== undefined && typeof dpopBound !== 'boolean') throw metadataError('dpop_bound_access_tokens must be true or false')
   return {
     redirect_uris: redirectUris,
     token_endpoint_auth_method: method,
@@ -201,5 +205,6 @@ export function checkClientMetadata(body: unknown, settings: RegistrationSetting
     ...(softwareId !== undefined && { software_id: softwareId }),
     ...(softwareVersion !== undefined && { software_version: softwareVersion }),
     ...(idTokenAlg !== undefined && { id_token_signed_response_alg: idTokenAlg }),
+    ...(dpopBound !== undefined && { dpop_bound_access_tokens: dpopBound }),
   }
 }

@@ -81,6 +81,13 @@ export interface StorageAdapter {
    * is a lease: a holder that takes longer than it loses the lock, so callers still cope with a race.
    */
   withLock?<T>(name: string, task: () => Promise<T>): Promise<T>
+  /**
+   * Optional: true the first time `id` is seen, false for every later call while it is remembered, which is
+   * at least `expiresInSeconds`; atomic across every process sharing the store. The single use of DPoP proofs
+   * (RFC 9449 §11.1) between instances: the Redis store has it; stores one host uses leave it out, and the
+   * proofs are then remembered in the process (src/dpop/replay.ts). Its ids are no artifact's.
+   */
+  firstUse?(id: string, expiresInSeconds: number): Promise<boolean>
   /** Throws when the store cannot be used (readiness). */
   ping(): Promise<void>
   close(): Promise<void>

@@ -10,6 +10,7 @@
  *   g:<grantId>     set   "<kind>:<id>" of the grant's artifacts: revokeByGrantId
  *   u:<userCode>    set   device_code ids with that user code: findByUserCode
  *   lock:<name>     string  withLock's lease
+ *   once:<id>       string  firstUse's mark, with a Redis TTL: the only keys whose lifetime is Redis' own clock
  * Time is the injected `now`, passed to every script: an artifact is live while `e` > now. Every key also
  * gets a Redis TTL (the artifact's lifetime plus TTL_MARGIN_MS) so Redis frees what nobody purges; that TTL
  * is for memory only, never for correctness.
@@ -228,6 +229,12 @@ export async function createRedisAdapter(url: string, options: RedisStorageOptio
       } finally {
         await scripts.storeUnlock(key, token).catch(() => { /* the lease runs out by itself */ })
       }
+    },
+    async firstUse(id, expiresInSeconds) {
+      if (!Number.isFinite(expiresInSeconds)) throw new RangeError('expiresInSeconds must be a finite number')
+      // One SET NX: of any number of instances, exactly one is told it is first. Redis expires the mark.
+      const seconds = String(Math.max(1, Math.ceil(expiresInSeconds)))
+      return await guard(() => client.set(`${prefix}once:${id}`, '1', 'EX', seconds, 'NX')) === 'OK'
     },
     async ping() {
       await guard(() => client.ping())
