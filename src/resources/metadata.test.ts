@@ -26,6 +26,8 @@ describe('RFC 9728 resources', () => {
       authorization_servers: ['https://api.example.com', 'https://idp.example.com/'],
       scopes_supported: ['x', 'y'],
       bearer_methods_supported: ['header'],
+      // RFC 9449: the gateway takes DPoP proofs on the route (dpop: allowed by default).
+      dpop_signing_alg_values_supported: ['ES256', 'ES384', 'PS256', 'RS256', 'EdDSA', 'Ed25519'],
     })
     expect(resource.metadataUrl).toBe('https://api.example.com/.well-known/oauth-protected-resource')
     expect(resource.audiences).toEqual(['https://api.example.com'])
