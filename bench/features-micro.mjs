@@ -9,6 +9,7 @@
 //   cors      the CORS answer for an allowed Origin + the response header list with the CORS headers
 //   implied   (issue 19) authorize with `scope_implies`, the token holding only a broader scope than the route's
 //   mcp-strip (issue 19) the upstream headers of a route with `mcp` (Authorization removed)
+//   limit     (issue 21) a rate limit per client in memory: the check and its RateLimit fields
 import { compileRules } from '../dist/rules/compile.js'
 import { authorize } from '../dist/authz/scopes.js'
 import { buildUpstreamHeaders, createHeaderPolicy, responseHeaderList } from '../dist/forward/upstream-headers.js'
@@ -16,6 +17,9 @@ import { compileClaimPlan } from '../dist/claims/plan.js'
 import { splitPath } from '../dist/rules/segments.js'
 import { corsAnswer } from '../dist/cors/policy.js'
 import { withCorsHeaders } from '../dist/cors/response.js'
+import { RateLimiter } from '../dist/ratelimit/limiter.js'
+import { compileRateLimits } from '../dist/ratelimit/policy.js'
+import { Metrics } from '../dist/metrics/metrics.js'
 
 const ORIGIN = 'https://app.example.com'
 const base = { server: { listen: '127.0.0.1:8080' }, upstreams: { items: { url: 'http://127.0.0.1:1' } }, issuers: [] }
@@ -29,6 +33,7 @@ const configs = {
   cors: { ...base, routes: [plainRoute], cors: { allowed_origins: [ORIGIN] } },
   implied: { ...base, routes: [plainRoute], scope_implies: { 'items:admin': ['items:write'], 'items:write': ['items:read'] } },
   'mcp-strip': { ...base, routes: [{ ...plainRoute, mcp: { tools: { '*': { scopes: { all: ['items:read'] } } } } }] },
+  limit: { ...base, routes: [plainRoute], rate_limits: { policies: { 'per-client': { limit: 100000000, window: '1s', key: 'client_id' } }, default: ['per-client'] } },
 }
 const principal = { issuer: 'https://i/', subject: 'u', clientId: 'c', scopes: ['items:read'], expiresAt: 1e10, jti: 'j',
   claims: { aud: 'bench', area: 'api', realm_access: { roles: ['items-reader', 'auditor'] } } }
@@ -46,16 +51,19 @@ function setup(config) {
   const policy = createHeaderPolicy(undefined, false, { names: plan.headerNames, byIssuer: plan.byIssuer })
   // As src/server/runtime.ts and pipeline.ts choose it.
   const tokenless = { ...policy, removed: new Set([...policy.removed, 'authorization']) }
-  return { rule: rules[0], policy: rules[0].stripAuthorization ? tokenless : policy, principal: config.scope_implies ? adminPrincipal : principal }
+  const limiter = rules[0].rateLimits === null ? null
+    : new RateLimiter({ compiled: compileRateLimits(config), config: config.rate_limits, metrics: new Metrics(), trustForwarded: false })
+  return { rule: rules[0], policy: rules[0].stripAuthorization ? tokenless : policy, principal: config.scope_implies ? adminPrincipal : principal, limiter }
 }
 
 /** One cache-hit request's feature-dependent work: authorize, upstream headers, response headers. */
-function once({ rule, policy, principal }) {
+function once({ rule, policy, principal, limiter }) {
   authorize(principal, rule, req.headers, segments)
+  const fields = limiter === null ? null : limiter.check(rule.id, rule.rateLimits, true, req, principal)
   const out = buildUpstreamHeaders(req, principal, policy, rule.claimHeaders)
   const list = responseHeaderList(upstreamResponse)
   const answer = rule.cors === null ? null : corsAnswer(rule.cors, ORIGIN, 'GET')
-  return Object.keys(out).length + (answer ? withCorsHeaders(list, answer) : list).length
+  return Object.keys(out).length + (answer ? withCorsHeaders(list, answer) : list).length + (fields === null ? 0 : fields.length)
 }
 
 function nsPerCall(target, n = 1_000_000) {
@@ -68,7 +76,7 @@ function nsPerCall(target, n = 1_000_000) {
 }
 
 const targets = Object.fromEntries(Object.entries(configs).map(([name, config]) => [name, setup(config)]))
-const rounds = { claims: [], resource: [], cors: [], implied: [], 'mcp-strip': [] }
+const rounds = { claims: [], resource: [], cors: [], implied: [], 'mcp-strip': [], limit: [] }
 let plainNs = []
 for (let round = 0; round < 5; round++) {
   const plain = nsPerCall(targets.plain)

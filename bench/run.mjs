@@ -284,6 +284,13 @@ resources: [ { resource: "http://127.0.0.1:${port}", routes: [items], audience: 
 const dpopYaml = (port) => `${jwtYaml(port)}
 dpop: { max_age: 10m, replay_cache_size: 1000000 }
 `
+/** (d) with a rate limit per client (issue 21) that the run never reaches: the cost of counting, in memory or on Redis. */
+const limitYaml = (store) => (port) => `${jwtYaml(port)}
+rate_limits:
+  store: ${store === 'redis' ? `{ type: redis, url: "${REDIS_URL}", prefix: "{portcullis-bench-${process.pid}-${port}}:" }` : '{ type: memory }'}
+  policies: { per-client: { limit: 100000000, window: 1s, key: client_id } }
+  default: [per-client]
+`
 const PREFLIGHT = { origin: CORS_ORIGIN, 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' }
 const opaqueYaml = (port) => proxyYaml(port, `
 issuers:
@@ -463,6 +470,17 @@ const SCENARIOS = [
       const authorization = `DPoP ${ctx.dpopToken}`
       return poolLoad(proofs, (headers, proof) => { headers.authorization = authorization; headers.dpop = proof })
     } },
+  ...['memory', 'redis'].map((store) => ({
+    id: `d-limit${store === 'redis' ? '-redis' : ''}`, label: `(d) + a rate limit per client, ${store} store (issue 21)`, kind: 'proxy', newFeature: true,
+    store: store === 'redis' ? 'redis' : undefined,
+    start: portcullisProxy(`d-limit-${store}`, limitYaml(store)),
+    async gate(t) {
+      await proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' })
+      const res = await request(t.url, { headers: bearer(ctx.hotToken) })
+      expect(res.status === 200 && /^"per-client";r=\d+;t=\d+$/.test(res.headers.ratelimit ?? ''), `expected 200 with RateLimit, got ${res.status} ${res.headers.ratelimit}`)
+    },
+    load: () => ({ options: { headers: bearer(ctx.hotToken) } }),
+  })),
   { id: 'preflight', label: '(d) config, a CORS preflight answered by the gateway (issue 18)', kind: 'proxy', newFeature: true, start: portcullisProxy('preflight', corsYaml),
     async gate(t) {
       const res = await request(t.url, { method: 'OPTIONS', headers: PREFLIGHT })
@@ -746,6 +764,8 @@ const claimsCost = paired('d-claims', 'd', 'cpuMicrosPerRequest', (x, y) => x - 
 const corsCost = paired('d-cors', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 const resourceCost = paired('d-resource', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 const dpopCost = paired('d-dpop', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
+const limitCost = paired('d-limit', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
+const limitRedisCost = paired('d-limit-redis', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 
 const cpuModel = readFileSync('/proc/cpuinfo', 'utf8').match(/^model name\s*:\s*(.*)$/m)?.[1] ?? 'unknown CPU'
 const git = (...args) => spawnSync('git', args, { cwd: root, encoding: 'utf8' }).stdout?.trim()
@@ -777,6 +797,8 @@ if (p99Difference !== undefined) out(`p99 (d) − p99 (b) at ${FIXED_RATE} req/s
 if (hitOverCold !== undefined) out(`JWT cache hit (d) over cold ES256 (e), paired: ${times(hitOverCold)}.`)
 if (claimsCost !== undefined) out(`Claim conditions and headers (d-claims) over (d), CPU per request, paired median: ${claimsCost >= 0 ? '+' : ''}${claimsCost.toFixed(1)} µs.`)
 if (resourceCost !== undefined) out(`A route of an RFC 9728 resource (d-resource) over (d), CPU per request, paired median: ${resourceCost >= 0 ? '+' : ''}${resourceCost.toFixed(1)} µs.`)
+if (limitCost !== undefined) out(`A rate limit per client in memory (d-limit) over (d), CPU per request, paired median: ${limitCost >= 0 ? '+' : ''}${limitCost.toFixed(1)} µs.`)
+if (limitRedisCost !== undefined) out(`A rate limit per client on Redis (d-limit-redis) over (d), gateway CPU per request, paired median: ${limitRedisCost >= 0 ? '+' : ''}${limitRedisCost.toFixed(1)} µs (Redis's own CPU not counted).`)
 if (dpopCost !== undefined) out(`A DPoP request with its proof verified (d-dpop) over (d), CPU per request, paired median: ${dpopCost >= 0 ? '+' : ''}${dpopCost.toFixed(1)} µs.`)
 if (corsCost !== undefined) out(`CORS headers for an allowed Origin (d-cors) over (d), CPU per request, paired median: ${corsCost >= 0 ? '+' : ''}${corsCost.toFixed(1)} µs.`)
 const saturated = selected.filter((s) => summary[s.id].cpu1Busy >= 95).map((s) => s.id)

@@ -6,7 +6,8 @@
  */
 import * as oauth from 'oauth4webapi'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { ConfigError, loadConfig } from '../src/config/load.js'
+import { loadConfig } from '../src/config/load.js'
+import { configProblems } from './support/config-problems.js'
 import { configWarnings } from '../src/config/lint.js'
 import { basic, postForm } from './support/authserver.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
@@ -200,15 +201,7 @@ describe('check', () => {
   const config = (resources: string, server = '  public_url: "https://api.example.com"\n') =>
     `server:\n${server}upstreams:\n  main:\n    url: "http://127.0.0.1:9001"\nroutes:\n  - id: a\n    path: "/a/**"\n    upstream: main\n` +
     `  - id: b\n    path: "/b/**"\n    upstream: main\nresources:\n${resources}`
-  const problems = (text: string) => {
-    try {
-      loadConfig('gw.yaml', text, {})
-    } catch (error) {
-      if (error instanceof ConfigError) return error.issues.map((issue) => `${issue.path}: ${issue.message}`)
-      throw error
-    }
-    return []
-  }
+  const problems = configProblems
 
   it('accepts resources served by this gateway', () => {
     expect(problems(config('  - { resource: "https://api.example.com", routes: [a] }\n  - { resource: "https://api.example.com/b", routes: [b] }\n'))).toEqual([])

@@ -5,7 +5,7 @@
  * scopes granted, and challenges still name the narrow scope. Every refusal proves nothing was forwarded.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { ConfigError, loadConfig } from '../src/config/load.js'
+import { configProblems } from './support/config-problems.js'
 import { startGateway, testConfig, type RunningGateway } from './support/gateway.js'
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
@@ -121,15 +121,7 @@ describe('and nothing else does', () => {
 
 describe('scope_implies at load', () => {
   const base = 'upstreams:\n  main:\n    url: "http://127.0.0.1:9001"\nroutes:\n  - id: r\n    path: "/r"\n    upstream: main\n    auth: none\n'
-  const problems = (text: string): string[] => {
-    try {
-      loadConfig('portcullis.yaml', base + text, {})
-    } catch (error) {
-      if (error instanceof ConfigError) return error.issues.map((issue) => `${issue.path}: ${issue.message}`)
-      throw error
-    }
-    return []
-  }
+  const problems = (text: string) => configProblems(base + text)
 
   it('accepts a cycle (the scopes are then equivalent) and refuses a scope implying itself', () => {
     expect(problems('scope_implies:\n  a: [b]\n  b: [a]\n')).toEqual([])

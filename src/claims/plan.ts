@@ -34,6 +34,8 @@ export function compileClaimPlan(config: GatewayConfig, rules: readonly Compiled
       paths.push(header.path)
     }
   })
+  // Rate limit policies keyed on a claim (issue 21) read it from the principal too.
+  for (const rule of rules) for (const policy of rule.rateLimits ?? []) if (policy.key.kind === 'claim') paths.push(policy.key.path)
   const kept = new Set(paths.map((path) => path.segments[0]!))
   // A resource's routes take only tokens issued for it (issue 18): they read `aud`.
   if (rules.some((rule) => rule.resource !== null)) kept.add('aud')

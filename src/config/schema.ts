@@ -174,6 +174,10 @@ const Route = Strict({
   cors: Type.Optional(RouteCors),
   mcp: Type.Optional(McpRules),
   dpop: Type.Optional(DpopMode),
+  // Issue 21: the rate limit policies of this route (instead of rate_limits.default; [] for none), and whether its
+  // responses carry the RateLimit-Policy and RateLimit fields.
+  rate_limits: Type.Optional(Type.Array(NonEmpty)),
+  rate_limit_headers: Type.Optional(Type.Boolean()),
 })
 
 /** RFC 9728 (issue 18): a protected resource, its identifier and the routes that are it. */
@@ -309,6 +313,32 @@ const AuthorizationServer = Strict({
   })),
 })
 
+/** Issue 21: rate limit policies (src/ratelimit/). */
+const RateLimitAmount = Strict({ limit: Type.Integer({ minimum: 1 }), burst: Type.Optional(Type.Integer({ minimum: 1 })) })
+const RateLimitPolicy = Strict({
+  limit: Type.Integer({ minimum: 1 }),
+  window: Duration,
+  burst: Type.Optional(Type.Integer({ minimum: 1 })),
+  key: Type.String({ pattern: '^(client_id|sub|address|claim:.+|header:[!#$%&\'*+.^_`|~0-9A-Za-z-]+)$',
+    'x-message': 'must be client_id, sub, address, claim:<claim path> or header:<Header-Name>' }),
+  fallback: Type.Optional(StringEnum(['address', 'refuse'] as const)),
+  overrides: Type.Optional(Type.Record(Type.String({ minLength: 1, maxLength: 256 }), RateLimitAmount)),
+  on_store_failure: Type.Optional(StringEnum(['open', 'closed'] as const)),
+})
+const RateLimits = Strict({
+  store: Type.Optional(Strict({
+    type: StringEnum(['memory', 'redis'] as const),
+    // redis: the authorization server's store URL and prefix when unset.
+    url: Type.Optional(NonEmpty),
+    prefix: Type.Optional(NonEmpty),
+    timeout: Type.Optional(Duration),
+    max_keys: Type.Optional(Type.Integer({ minimum: 100, maximum: 100_000_000 })),
+  })),
+  policies: Type.Record(Type.String({ pattern: '^[a-z][a-z0-9_-]{0,63}$', 'x-message': 'policy names are lower-case letters, digits, _ and -' }),
+    RateLimitPolicy, { minProperties: 1 }),
+  default: Type.Optional(Type.Array(NonEmpty)),
+})
+
 /** Issue 20: DPoP proof checks, shared by the embedded server's token endpoint and the gateway (src/dpop/settings.ts). */
 const Dpop = Strict({
   algorithms: Type.Optional(Type.Array(StringEnum(DPOP_ALGORITHMS), { minItems: 1 })),
@@ -356,6 +386,7 @@ export const GatewayConfigSchema = Strict({
   /** Scope hierarchies (issue 19, src/authz/hierarchy.ts): a scope → the narrower scopes it implies. */
   scope_implies: Type.Optional(Type.Record(Type.String({ minLength: 1 }), Type.Array(NonEmpty, { minItems: 1 }))),
   dpop: Type.Optional(Dpop),
+  rate_limits: Type.Optional(RateLimits),
 })
 
 export type GatewayConfig = Static<typeof GatewayConfigSchema>
@@ -371,6 +402,8 @@ export type RouteCorsConfig = Static<typeof RouteCorsObject>
 export type IntrospectionConfig = Static<typeof Introspection>
 export type CacheConfig = Static<typeof Cache>
 export type DpopConfig = Static<typeof Dpop>
+export type RateLimitPolicyConfig = Static<typeof RateLimitPolicy>
+export type RateLimitsConfig = Static<typeof RateLimits>
 export type DpopModeConfig = Static<typeof DpopMode>
 export type AuditConfig = Static<typeof Audit>
 export type AuthorizationServerConfig = Static<typeof AuthorizationServer>

@@ -17,6 +17,8 @@ export type ErrorCode =
   | 'invalid_redirect_uri' | 'invalid_client_metadata'
   // RFC 9449 §7.1 (gateway) and §5 (token endpoint): DPoP
   | 'invalid_dpop_proof' | 'use_dpop_nonce'
+  // issue 21: a rate limit policy refused the request (429)
+  | 'rate_limited'
 
 export interface ErrorInternals {
   detail?: string
@@ -203,6 +205,18 @@ export class InvalidScope extends GatewayError {
   readonly status = 400
   constructor(detail: string) { super('the requested scope is invalid or exceeds what was granted', { detail }) }
 }
+/**
+ * A rate limit policy refused the request (issue 21): 429 with `Retry-After`, and the RateLimit fields of the
+ * route's policies unless the route opted out. Which policy goes to the log and the metrics.
+ */
+export class RateLimited extends GatewayError {
+  readonly code = 'rate_limited'
+  readonly status = 429
+  constructor(readonly policy: string, readonly retryAfterSeconds: number, readonly fields: readonly string[] | null, detail: string) {
+    super('too many requests; retry later', { detail })
+  }
+}
+
 /** Brute-force protection (checklist CA-09): 429 with Retry-After; no registered code, so temporarily_unavailable. */
 export class TooManyAttempts extends GatewayError {
   readonly code = 'temporarily_unavailable'

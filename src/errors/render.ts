@@ -1,6 +1,6 @@
 /** The only writer of error responses: JSON body `{error, error_description}` plus the RFC 6750 challenge. */
 import type { ServerResponse } from 'node:http'
-import { DpopRefused, GatewayError, InsufficientScope, MethodNotAllowed, MissingToken, TemporarilyUnavailable } from './oauth-errors.js'
+import { DpopRefused, GatewayError, InsufficientScope, MethodNotAllowed, MissingToken, RateLimited, TemporarilyUnavailable } from './oauth-errors.js'
 
 /** quoted-string safe: descriptions and scopes are ours, but never let one break the header. */
 function quote(value: string): string {
@@ -47,6 +47,10 @@ export function errorHeaders(error: GatewayError, realm: string, resource?: Reso
   if (error instanceof MethodNotAllowed) headers.allow = error.allow.join(', ')
   if (error instanceof TemporarilyUnavailable) headers['retry-after'] = String(error.retryAfterSeconds)
   if (error instanceof DpopRefused && error.nonce !== undefined) headers['dpop-nonce'] = error.nonce
+  if (error instanceof RateLimited) {
+    headers['retry-after'] = String(error.retryAfterSeconds)
+    for (let i = 0; i < (error.fields?.length ?? 0); i += 2) headers[error.fields![i]!] = error.fields![i + 1]!
+  }
   return headers
 }
 

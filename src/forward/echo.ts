@@ -18,7 +18,7 @@ function queryObject(query: string): Record<string, string | string[]> {
 
 /** `cors`: the CORS headers of the request's origin (issue 18), when the gateway answers CORS on its route. */
 export async function echoRequest(req: IncomingMessage, res: ServerResponse, path: string, query: string,
-  headers: OutgoingHeaders, body: Readable | Buffer | null, cors?: CorsAnswer | null): Promise<void> {
+  headers: OutgoingHeaders, body: Readable | Buffer | null, cors?: CorsAnswer | null, extra: readonly string[] | null = null): Promise<void> {
   let bodyBytes = 0
   const kept: Buffer[] = []
   if (Buffer.isBuffer(body)) {
@@ -45,6 +45,7 @@ export async function echoRequest(req: IncomingMessage, res: ServerResponse, pat
     'content-length': Buffer.byteLength(payload),
     'cache-control': 'no-store',
     ...cors?.headers,
+    ...(extra !== null && Object.fromEntries(Array.from({ length: extra.length / 2 }, (_, i) => [extra[2 * i]!, extra[2 * i + 1]!]))),
   })
   res.end(payload)
 }

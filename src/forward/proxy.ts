@@ -81,9 +81,13 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   private counted: Upstream | undefined
   private streamed = false
 
-  /** @param cors the CORS headers of the request's origin (issue 18), when the gateway answers CORS on the route */
+  /**
+   * @param cors the CORS headers of the request's origin (issue 18), when the gateway answers CORS on the route
+   * @param extra `[name, value, …]` the gateway adds to the response (the RateLimit fields, issue 21); they
+   *   replace any the upstream sent of the same names
+   */
   constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void,
-    private readonly cors: CorsAnswer | null | undefined = null) {}
+    private readonly cors: CorsAnswer | null | undefined = null, private readonly extra: readonly string[] | null = null) {}
 
   /** Counts the request as in flight on `upstream` until undici is done with it. */
   countOn(upstream: Upstream, streamed: boolean): void {
@@ -120,8 +124,10 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
     if (statusCode < 200) return true  // an interim response (103 Early Hints) is not relayed; the final one follows
     this.resume = resume
-    const headers = responseHeaderList(rawHeaders)
-    this.res.writeHead(statusCode, this.cors ? withCorsHeaders(headers, this.cors) : headers)
+    let headers = responseHeaderList(rawHeaders)
+    if (this.cors) headers = withCorsHeaders(headers, this.cors)
+    if (this.extra !== null) headers = withHeaders(headers, this.extra)
+    this.res.writeHead(statusCode, headers)
     return true
   }
 
@@ -161,18 +167,30 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   }
 }
 
+/** `list` (lower-case names) without the names `extra` sets, then `extra`'s. */
+function withHeaders(list: readonly string[], extra: readonly string[]): string[] {
+  const out: string[] = []
+  for (let i = 0; i < list.length; i += 2) {
+    if (extra.includes(list[i]!)) continue
+    out.push(list[i]!, list[i + 1]!)
+  }
+  for (const value of extra) out.push(value)
+  return out
+}
+
 /**
  * Forwards the request on the upstream's pool; `done` is called when the upstream's response has been
  * relayed, or with the error that ended it. The returned handler is told when the client goes away.
  */
 export function forwardRequest(upstream: Upstream, req: IncomingMessage, res: ServerResponse,
-  headers: OutgoingHeaders, body: Readable | Buffer | null, done: (error?: Error) => void, cors?: CorsAnswer | null): ForwardHandler {
+  headers: OutgoingHeaders, body: Readable | Buffer | null, done: (error?: Error) => void, cors?: CorsAnswer | null,
+  extra: readonly string[] | null = null): ForwardHandler {
   const streamed = body !== null && !Buffer.isBuffer(body)
   // Half the pool at most for bodies that arrive as slowly as the client likes (within body_min_rate).
   if (streamed && upstream.streaming >= upstream.maxStreaming) {
     throw new TemporarilyUnavailable(`upstream ${upstream.name}: ${upstream.maxStreaming} streamed request bodies in flight`, 1)
   }
-  const handler = new ForwardHandler(res, done, cors)
+  const handler = new ForwardHandler(res, done, cors, extra)
   // Every connection busy: this one queues, for a bounded time (a timer only then, not on the hot path).
   if (upstream.busy >= upstream.connections) handler.waitAtMost(upstream.queueTimeoutMs, upstream.name)
   handler.countOn(upstream, streamed)

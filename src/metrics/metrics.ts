@@ -15,6 +15,7 @@ export type Decision =
   | 'forwarded'       // the upstream answered (whatever its status)
   | 'denied'          // no token, a bad token, a missing scope: 400/401/403 with a Bearer challenge
   | 'rejected'        // refused before authentication: no route, wrong method, a path trick, too large
+  | 'limited'         // a rate limit policy refused it: 429 (issue 21)
   | 'unavailable'     // a token could not be checked (issuer keys or introspection down): 503
   | 'upstream_error'  // the upstream refused, failed or was too slow: 502/504
   | 'error'           // a failure of ours: 500
@@ -83,6 +84,12 @@ export class Metrics {
   readonly authorizationDenials = new PlainCounter('portcullis_authorization_denials_total',
     'Requests with a valid token refused by a route\'s rules (403), by route id and the rule that failed: scopes.all, scopes.any, claims.all[N] or claims.any.',
     ['route', 'condition'], this.registry)
+  readonly rateLimited = new PlainCounter('portcullis_rate_limited_total',
+    'Requests refused with 429 by a rate limit policy (issue 21), by route id and policy name; never by key.',
+    ['route', 'policy'], this.registry)
+  readonly rateLimitStoreErrors = new PlainCounter('portcullis_rate_limit_store_errors_total',
+    'Rate limit checks the shared store (Redis) could not answer, by policy and what the policy did: open (let through) or closed (503).',
+    ['policy', 'outcome'], this.registry)
   readonly upstreamDuration = new PlainHistogram('portcullis_upstream_duration_seconds',
     'Time from sending a request upstream to the end of its response, by upstream name and outcome.',
     ['upstream', 'outcome'], LATENCY_BUCKETS, this.registry)
@@ -198,6 +205,11 @@ export class Metrics {
     // Every label value is bounded (route ids, methods, statuses, decisions, reasons).
     this.requests.labels(route, METHODS.has(method) ? method : 'OTHER', String(status), decision, reason).value++
     this.requestDuration.observe(seconds, route)
+  }
+
+  /** A request refused by a rate limit (labels bounded by the config). */
+  observeRateLimited(route: string, policy: string): void {
+    this.rateLimited.labels(route, policy).value++
   }
 
   /** A valid token refused by a route's scopes or claim conditions (labels bounded by the config). */

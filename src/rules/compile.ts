@@ -15,6 +15,7 @@ import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js'
 import { compileMcp, mcpClaimPaths, type CompiledMcp } from '../mcp/compile.js'
 import { compileScopeImplies, type ImpliedBy } from '../authz/hierarchy.js'
 import type { ResourceChallenge } from '../errors/render.js'
+import { compileRateLimits, type CompiledPolicy } from '../ratelimit/policy.js'
 import { pathProblem } from './normalize.js'
 import { canonicalSegment } from './segments.js'
 
@@ -58,6 +59,10 @@ export interface CompiledRule {
   readonly stripAuthorization: boolean
   /** `dpop:` (issue 20): null when the route does not say (its token issuer's mode, else `allowed`, applies). */
   readonly dpop: 'required' | 'allowed' | 'off' | null
+  /** Rate limit policies (issue 21): the route's own, else `rate_limits.default`; null when none. */
+  readonly rateLimits: readonly CompiledPolicy[] | null
+  /** Whether its responses carry the RateLimit-Policy and RateLimit fields (`rate_limit_headers`). */
+  readonly rateLimitHeaders: boolean
 }
 
 export type RuleProblem = ConditionProblem
@@ -178,6 +183,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
   const reserved = claimHeaderReserved(config)
   const resources = compileResources(config).byRoute
   const impliedBy = compileScopeImplies(config.scope_implies, problems)
+  const rateLimits = compileRateLimits(config, problems).byRoute
   config.routes.forEach((route: RouteConfig, index) => {
     const at = ['routes', index]
     if (ids.has(route.id)) problems.push({ path: [...at, 'id'], message: `duplicate route id (also routes[${ids.get(route.id)}])` })
@@ -220,6 +226,8 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       mcp: compileMcp(route.mcp, [...at, 'mcp'], auth, compiled.params, problems),
       stripAuthorization: route.mcp !== undefined && config.forward?.strip_authorization === undefined,
       dpop: route.dpop ?? null,
+      rateLimits: rateLimits.get(route.id) ?? null,
+      rateLimitHeaders: route.rate_limit_headers ?? true,
     })
   })
   rules.sort(compareRules)

@@ -11,7 +11,7 @@ import type { Principal } from '../authn/principal.js'
 import { authorize, requireAudience } from '../authz/scopes.js'
 import {
   ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, HttpVersionNotSupported, MalformedRequest, MethodNotAllowed, MissingToken,
-  InsufficientScope, NoMatchingRoute, RequestTooLarge, ServerError, TemporarilyUnavailable,
+  InsufficientScope, NoMatchingRoute, RateLimited, RequestTooLarge, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
 import type { Decision } from '../metrics/metrics.js'
 import { renderError, renderErrorOnSocket, type ResourceChallenge } from '../errors/render.js'
@@ -52,6 +52,8 @@ interface Outcome {
   resourceMetadata?: ResourceChallenge | undefined
   /** CORS headers for every answer (issue 18): null when there are none; unset until the route is known. */
   cors?: CorsAnswer | null | undefined
+  /** The RateLimit fields for the forwarded response (issue 21): `[name, value, …]`; null or unset for none. */
+  rateLimitFields?: string[] | null | undefined
 }
 
 /** Levels at which the one-line-per-request log is written (`info` and chattier). */
@@ -62,6 +64,7 @@ const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
 function decisionOf(failure: GatewayError): Decision {
   if (failure.challenge || failure instanceof MissingToken || failure instanceof ClaimsNotSatisfied) return 'denied'
+  if (failure instanceof RateLimited) return 'limited'
   if (failure instanceof TemporarilyUnavailable) return 'unavailable'
   if (failure instanceof BadGateway || failure instanceof GatewayTimeout) return 'upstream_error'
   if (failure.status >= 500) return 'error'
@@ -219,6 +222,12 @@ export class GatewayPipeline {
     }
     const found = authenticate(rt, req, rule, path, query, segments)
     if (found instanceof Promise || hasBody(req)) return this.serveLater(rt, req, res, outcome, rule, path, query, found)
+    // Rate limits (issue 21), after authentication: in memory this stays synchronous.
+    if (rule.rateLimits !== null) {
+      const fields = rt.rateLimiter!.check(rule.id, rule.rateLimits, rule.rateLimitHeaders, req, found)
+      if (fields instanceof Promise) return fields.then((shared) => { outcome.rateLimitFields = shared; return this.forward(rt, req, res, outcome, rule, path, query, found, null) })
+      outcome.rateLimitFields = fields
+    }
     return this.forward(rt, req, res, outcome, rule, path, query, found, null)
   }
 
@@ -250,6 +259,7 @@ export class GatewayPipeline {
   private async serveMcp(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     mcp: CompiledMcp, path: string, query: string, segments: readonly string[]): Promise<void> {
     const principal = await authenticate(rt, req, rule, path, query, segments, requireAudience)
+    if (rule.rateLimits !== null) outcome.rateLimitFields = await rt.rateLimiter!.check(rule.id, rule.rateLimits, rule.rateLimitHeaders, req, principal)
     const body = await authorizedMcpBody(req, res, rule, mcp, principal, rt.bodyPolicy, segments)
     return this.forward(rt, req, res, outcome, rule, path, query, principal, body)
   }
@@ -258,6 +268,8 @@ export class GatewayPipeline {
   private async serveLater(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     path: string, query: string, found: Principal | undefined | Promise<Principal>): Promise<void> {
     const principal = found instanceof Promise ? await found : found
+    // Before the body is read: a request over its limit costs no body.
+    if (rule.rateLimits !== null) outcome.rateLimitFields = await rt.rateLimiter!.check(rule.id, rule.rateLimits, rule.rateLimitHeaders, req, principal)
     let body: Readable | Buffer | null = null
     if (hasBody(req)) {
       // RFC 9110 §10.1.1: the server's 'checkContinue' sends no 100 by itself; the client is told to send its
@@ -272,7 +284,7 @@ export class GatewayPipeline {
     path: string, query: string, principal: Principal | undefined, body: Readable | Buffer | null): Promise<void> | undefined {
     const headers = buildUpstreamHeaders(req, principal, rule.stripAuthorization ? rt.tokenlessHeaderPolicy : rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!
-    if (upstream.echo) return echoRequest(req, res, path, query, headers, body, outcome.cors)
+    if (upstream.echo) return echoRequest(req, res, path, query, headers, body, outcome.cors, outcome.rateLimitFields ?? null)
     // Gone while its token was validated or its body read: nothing to send, and no upstream connection to
     // spend (undici's abort would close the one it had picked).
     if (res.destroyed) throw forwardingFailure(new ClientGone(), req, upstream)
@@ -280,7 +292,7 @@ export class GatewayPipeline {
     outcome.forwarding = forwardRequest(upstream, req, res, headers, body, (error) => {
       rt.metrics.observeUpstream(upstream.name, error ? 'failure' : 'response', (performance.now() - sent) / 1000)
       if (error) this.fail(rt, req, res, forwardingFailure(error, req, upstream), outcome)
-    }, outcome.cors)
+    }, outcome.cors, outcome.rateLimitFields ?? null)
     return undefined
   }
 
@@ -329,6 +341,7 @@ export class GatewayPipeline {
     const rule = matchOrThrow(rt.rules, 'GET', path, segments)
     if (rule.challenge !== null) found.resourceMetadata = rule.challenge
     const principal = await authenticate(rt, req, rule, path, query, segments)
+    if (rule.rateLimits !== null) await rt.rateLimiter!.check(rule.id, rule.rateLimits, false, req, principal)
     const headers = buildUpstreamHeaders(req, principal, rule.stripAuthorization ? rt.tokenlessHeaderPolicy : rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!
     if (!upstream.pool) throw new BadGateway(`upstream ${upstream.name} does not accept WebSocket upgrades`)

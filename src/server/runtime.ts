@@ -20,6 +20,9 @@ import { compileResources, type CompiledResource } from '../resources/metadata.j
 import type { CompiledRule } from '../rules/compile.js'
 import { compileCorsRuntime, type CorsRuntime } from '../cors/policy.js'
 import { DpopGate } from '../dpop/gateway.js'
+import { RateLimiter } from '../ratelimit/limiter.js'
+import { compileRateLimits } from '../ratelimit/policy.js'
+import { RedisBuckets } from '../ratelimit/redis.js'
 import type { SharedOnce } from '../dpop/replay.js'
 import type { DpopSettings } from '../dpop/settings.js'
 
@@ -37,6 +40,8 @@ export interface GatewayRuntime {
   readonly realm: string
   /** DPoP proofs (issue 20): always there (the scheme is accepted by default); its replay cache outlives reloads. */
   readonly dpop: DpopGate
+  /** Rate limits (issue 21); null when no route has any. */
+  readonly rateLimiter: RateLimiter | null
   readonly maxTokenSize: number
   readonly bodyPolicy: BodyPolicy
   readonly log: FastifyBaseLogger
@@ -92,6 +97,20 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
   if (authenticator !== previous?.authenticator) authenticator.prefetch()
   const { byMetadataPath } = compileResources(config)
   const dpop = new DpopGate({ config, metrics: deps.metrics, now: deps.now, shared: deps.sharedOnce, previous: previous?.dpop, initial: deps.dpop })
+  const rateLimiter = rules.some((rule) => rule.rateLimits !== null) ? new RateLimiter({
+    compiled: compileRateLimits(config),
+    config: config.rate_limits,
+    metrics: deps.metrics,
+    trustForwarded: config.forward?.trust_forwarded_headers ?? false,
+    previous: previous?.rateLimiter ?? undefined,
+    openRedis: (timeoutMs) => {
+      const store = config.rate_limits?.store
+      const shared = config.authorization_server?.store
+      return new RedisBuckets(store?.url ?? shared!.url!, store?.prefix ?? shared?.prefix ?? '{portcullis}:', timeoutMs,
+        (error) => deps.log.warn({ err: error }, 'rate limit store error'))
+    },
+    now: deps.now,
+  }) : null
   const headerPolicy = createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer },
     dpop.settings.forwardProof ? [] : ['dpop'])
   return {
@@ -104,6 +123,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
     tokenlessHeaderPolicy: { ...headerPolicy, removed: new Set([...headerPolicy.removed, 'authorization']) },
     realm: config.server?.realm ?? 'portcullis',
     dpop,
+    rateLimiter,
     maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
     bodyPolicy: {
       bufferSize: parseSize(config.server?.body_buffer_size ?? '64kb'),
@@ -125,6 +145,8 @@ export function retireWhenIdle(retired: GatewayRuntime, current: GatewayRuntime)
     void Promise.all([
       ...pools.map((upstream) => upstream.pool?.close()),
       retired.authenticator !== current.authenticator ? retired.authenticator.close() : undefined,
+      retired.rateLimiter !== null && (current.rateLimiter === null || !retired.rateLimiter.sharesRedisWith(current.rateLimiter))
+        ? retired.rateLimiter.close() : undefined,
     ]).catch((error: unknown) => retired.log.warn({ err: error }, 'closing a replaced runtime failed'))
   }
   if (retired.inflight === 0) close()
@@ -133,5 +155,6 @@ export function retireWhenIdle(retired: GatewayRuntime, current: GatewayRuntime)
 
 /** Closes everything a runtime holds (shutdown). */
 export async function closeRuntime(runtime: GatewayRuntime): Promise<void> {
-  await Promise.all([...[...runtime.upstreams.values()].map((upstream) => upstream.pool?.close()), runtime.authenticator.close()])
+  await Promise.all([...[...runtime.upstreams.values()].map((upstream) => upstream.pool?.close()), runtime.authenticator.close(),
+    runtime.rateLimiter?.close()])
 }

@@ -1,0 +1,187 @@
+/**
+ * Rate limits at the gateway (issue 21): after authentication (a forged token never reaches this, so it cannot
+ * spend another client's budget) and before forwarding, each of the route's policies takes one request from
+ * the bucket of the request's key. All must admit; the first that refuses answers 429 with `Retry-After`.
+ * Admitted responses carry the RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers-10)
+ * unless the route opts out.
+ *
+ * In memory a check is synchronous (the cache-hit path stays promise-free); on Redis it is one round trip.
+ * The buckets outlive reloads: a policy whose settings are unchanged keeps its state.
+ */
+import type { IncomingMessage } from 'node:http'
+import { isIPv6 } from 'node:net'
+import { createHash } from 'node:crypto'
+import type { Principal } from '../authn/principal.js'
+import { readClaim } from '../claims/path.js'
+import type { RateLimitsConfig } from '../config/schema.js'
+import { parseDuration } from '../config/units.js'
+import { RateLimited, TemporarilyUnavailable } from '../errors/oauth-errors.js'
+import type { Metrics } from '../metrics/metrics.js'
+import type { GcraOutcome } from './gcra.js'
+import { MemoryBuckets } from './memory.js'
+import type { Budget, CompiledPolicy, CompiledRateLimits } from './policy.js'
+import type { RedisBuckets } from './redis.js'
+
+/** What an admitted request's response carries: `[name, value, …]`, or null without fields. */
+export type RateLimitFields = string[] | null
+
+export interface LimiterOptions {
+  readonly compiled: CompiledRateLimits
+  readonly config: RateLimitsConfig | undefined
+  readonly metrics: Metrics
+  readonly trustForwarded: boolean
+  /** The limiter of the configuration before a reload: the buckets of unchanged policies carry over. */
+  readonly previous?: RateLimiter | undefined
+  /** Opens the Redis store (url, prefix): only called when `store.type` is redis. */
+  readonly openRedis?: ((timeoutMs: number) => RedisBuckets) | undefined
+  readonly now?: () => number
+}
+
+/** Key values longer than this are kept as their hash (a header can be 8 KB; a map key need not be). */
+const MAX_RAW_KEY = 128
+
+/**
+ * The client's address: the peer, or (behind a trusted load balancer, `forward.trust_forwarded_headers`) the
+ * last `X-Forwarded-For` entry, the address the balancer saw. IPv6 addresses count per /64: one host usually
+ * has a whole /64 to rotate through.
+ */
+export function clientAddress(req: IncomingMessage, trustForwarded: boolean): string {
+  let address = req.socket.remoteAddress ?? ''
+  if (trustForwarded) {
+    const forwarded = req.headers['x-forwarded-for']
+    if (typeof forwarded === 'string') {
+      const last = forwarded.slice(forwarded.lastIndexOf(',') + 1).trim()
+      if (last !== '') address = last
+    }
+  }
+  if (address.startsWith('::ffff:')) return address.slice(7)
+  if (!isIPv6(address)) return address
+  const groups = expandIPv6(address)
+  return groups === undefined ? address : `${groups.slice(0, 4).join(':')}::/64`
+}
+
+function expandIPv6(address: string): string[] | undefined {
+  const [head, tail] = address.split('::') as [string, string | undefined]
+  const left = head === '' ? [] : head.split(':')
+  const right = tail === undefined || tail === '' ? [] : tail.split(':')
+  const missing = 8 - left.length - right.length
+  if (tail === undefined ? left.length !== 8 : missing < 1) return undefined
+  return [...left, ...Array<string>(tail === undefined ? 0 : missing).fill('0'), ...right].map((group) => group.toLowerCase().replace(/^0+(?=.)/, ''))
+}
+
+export class RateLimiter {
+  private readonly memory = new Map<string, MemoryBuckets>()
+  private readonly fingerprints = new Map<string, string>()
+  readonly redis: RedisBuckets | null
+  private readonly storeKey: string
+  private readonly now: () => number
+
+  constructor(private readonly options: LimiterOptions) {
+    const { config, previous } = options
+    this.now = options.now ?? Date.now
+    const store = config?.store
+    this.storeKey = JSON.stringify(store ?? {})
+    const sameStore = previous !== undefined && previous.storeKey === this.storeKey
+    this.redis = store?.type === 'redis'
+      ? (sameStore && previous.redis !== null ? previous.redis : options.openRedis!(parseDuration(store.timeout ?? '250ms')))
+      : null
+    for (const policy of options.compiled.policies.values()) {
+      this.fingerprints.set(policy.name, policy.fingerprint)
+      const kept = sameStore && previous.fingerprints.get(policy.name) === policy.fingerprint ? previous.memory.get(policy.name) : undefined
+      if (this.redis === null) this.memory.set(policy.name, kept ?? new MemoryBuckets(store?.max_keys ?? 100_000))
+    }
+  }
+
+  /** Whether a reload must close this limiter's Redis connection (the next one opened its own). */
+  sharesRedisWith(other: RateLimiter): boolean {
+    return this.redis !== null && this.redis === other.redis
+  }
+
+  /** The value `policy` counts this request under; undefined when the key is absent. */
+  private keyValue(policy: CompiledPolicy, req: IncomingMessage, principal: Principal | undefined): string | undefined {
+    const key = policy.key
+    let value: unknown
+    switch (key.kind) {
+      case 'client_id': value = principal?.clientId; break
+      case 'sub': value = principal?.subject; break
+      case 'address': return clientAddress(req, this.options.trustForwarded)
+      case 'claim': value = principal === undefined ? undefined : readClaim(principal.claims, key.path); break
+      case 'header': value = req.headers[key.name]; break
+    }
+    if (typeof value === 'number' && Number.isFinite(value)) value = String(value)
+    if (typeof value !== 'string' || value === '') return undefined
+    return value.length > MAX_RAW_KEY ? `#${createHash('sha256').update(value).digest('base64url')}` : value
+  }
+
+  /**
+   * Takes one request from each of `policies` for this request; throws RateLimited (429) or, for a closed
+   * policy whose store failed, TemporarilyUnavailable (503). Returns the fields for the response.
+   */
+  check(route: string, policies: readonly CompiledPolicy[], headers: boolean, req: IncomingMessage,
+    principal: Principal | undefined): RateLimitFields | Promise<RateLimitFields> {
+    if (this.redis !== null) return this.checkShared(route, policies, headers, req, principal)
+    const now = this.now()
+    const results: Array<[CompiledPolicy, Budget, GcraOutcome]> = []
+    for (const policy of policies) {
+      const [value, budget] = this.resolve(route, policy, req, principal)
+      const outcome = this.memory.get(policy.name)!.take(value, now, budget.parameters)
+      this.settle(route, policy, outcome, results, budget, headers)
+    }
+    return headers ? fields(results) : null
+  }
+
+  private async checkShared(route: string, policies: readonly CompiledPolicy[], headers: boolean, req: IncomingMessage,
+    principal: Principal | undefined): Promise<RateLimitFields> {
+    const results: Array<[CompiledPolicy, Budget, GcraOutcome]> = []
+    for (const policy of policies) {
+      const [value, budget] = this.resolve(route, policy, req, principal)
+      let outcome: GcraOutcome
+      try {
+        outcome = await this.redis!.take(policy.name, value, budget.parameters)
+      } catch (error) {
+        this.options.metrics.rateLimitStoreErrors.labels(policy.name, policy.failOpen ? 'open' : 'closed').value++
+        if (policy.failOpen) continue
+        throw new TemporarilyUnavailable(`rate limit store unavailable (${policy.name})`, 1, error)
+      }
+      this.settle(route, policy, outcome, results, budget, headers)
+    }
+    return headers ? fields(results) : null
+  }
+
+  /** The key value and budget of `policy` for this request (an override's, if the value has one). */
+  private resolve(route: string, policy: CompiledPolicy, req: IncomingMessage, principal: Principal | undefined): [string, Budget] {
+    let value = this.keyValue(policy, req, principal)
+    if (value === undefined) {
+      if (policy.fallback === 'refuse') {
+        this.options.metrics.observeRateLimited(route, policy.name)
+        throw new RateLimited(policy.name, Math.ceil(policy.windowSeconds), null, `${policy.name}: no ${policy.key.kind} to count the request under`)
+      }
+      value = `@${clientAddress(req, this.options.trustForwarded)}`
+    }
+    return [value, policy.overrides?.get(value) ?? policy.budget]
+  }
+
+  private settle(route: string, policy: CompiledPolicy, outcome: GcraOutcome, results: Array<[CompiledPolicy, Budget, GcraOutcome]>,
+    budget: Budget, headers: boolean): void {
+    results.push([policy, budget, outcome])
+    if (outcome.allowed) return
+    this.options.metrics.observeRateLimited(route, policy.name)
+    throw new RateLimited(policy.name, Math.max(1, Math.ceil(outcome.retryAfterMs / 1000)), headers ? fields(results) : null,
+      `${policy.name}: limit ${budget.limit} per ${policy.windowSeconds}s reached`)
+  }
+
+  async close(): Promise<void> {
+    await this.redis?.close()
+  }
+}
+
+/** RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-10 §4, §5): one item per policy applied. */
+function fields(results: ReadonlyArray<[CompiledPolicy, Budget, GcraOutcome]>): string[] {
+  let policy = ''
+  let state = ''
+  for (const [compiled, budget, outcome] of results) {
+    policy += (policy === '' ? '' : ', ') + budget.policyField
+    state += `${state === '' ? '' : ', '}"${compiled.name}";r=${outcome.remaining};t=${Math.ceil(outcome.resetMs / 1000)}`
+  }
+  return ['ratelimit-policy', policy, 'ratelimit', state]
+}
