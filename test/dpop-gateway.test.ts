@@ -155,6 +155,18 @@ describe('a DPoP-bound token with proofs (oauth4webapi)', () => {
     await expectRefused(await call('/api/x', { authorization: `DPoP ${token}` }), 'invalid_dpop_proof')
   })
 
+  it('logs no proof, key or token, whatever was refused', async () => {
+    const client = await holder()
+    const token = await boundToken(client.jkt)
+    const sent = await proof(client, { htm: 'GET', htu: `${gateway.url}/api/other`, ath: ath(token) })
+    gateway.logs.length = 0
+    await call('/api/x', { authorization: `DPoP ${token}`, dpop: sent })
+    await call('/api/x', { authorization: `Bearer ${token}`, dpop: sent })
+    const logged = gateway.logs.join('\n')
+    expect(logged).toContain('dpop_htu')
+    for (const secret of [...sent.split('.'), token.split('.')[2]!, client.jwk.x!]) expect(logged).not.toContain(secret)
+  })
+
   it('is refused as a Bearer token (RFC 9449 §7.2), whatever the route says', async () => {
     const client = await holder()
     const token = await boundToken(client.jkt)

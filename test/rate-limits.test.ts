@@ -5,6 +5,7 @@
  * with Redis down following the policy. Every 429 proves the upstream was not reached.
  */
 import { randomUUID } from 'node:crypto'
+import { Redis } from 'ioredis'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -226,6 +227,26 @@ describe.skipIf(REDIS_URL === undefined)(`on Redis${REDIS_URL === undefined ? ' 
       expect(upstream.requests).toHaveLength(4)
     } finally {
       await Promise.all([one.close(), two.close()])
+    }
+  })
+
+  it('keeps one key per client under the prefix (its hash tag), named by a hash of the key value, expiring when the bucket is full', async () => {
+    const prefix = `{portcullis-test-${randomUUID()}}:`
+    const one = await startGateway(shared(prefix))
+    const redis = new Redis(REDIS_URL!)
+    try {
+      await fetch(`${one.url}/orders/1`, { headers: { authorization: `Bearer ${await token('client-secret-name')}` } })
+      const keys = await redis.keys(`${prefix}*`)
+      expect(keys).toHaveLength(1)
+      expect(keys[0]).toMatch(new RegExp(`^${prefix.replace(/[{}]/g, '\\$&')}rl:per-client:[A-Za-z0-9_-]{43}$`))
+      expect(keys[0]).not.toContain('client-secret-name')
+      const ttl = await redis.pttl(keys[0]!)
+      expect(ttl).toBeGreaterThan(0)
+      expect(ttl).toBeLessThanOrEqual(2500)  // one request's share of a 10 s window for 4: 2.5 s
+    } finally {
+      await one.close()
+      await redis.del(...await redis.keys(`${prefix}*`), 'nothing')
+      redis.disconnect()
     }
   })
 

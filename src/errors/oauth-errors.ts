@@ -95,7 +95,8 @@ export class DpopRefused extends GatewayError {
   nonce: string | undefined
   constructor(readonly reason: DpopRefusalReason, detail: string, code: 'invalid_dpop_proof' | 'invalid_token' = 'invalid_dpop_proof',
     status = 401, cause?: unknown, useNonce = false) {
-    super(status === 503 ? 'the DPoP proof could not be checked now' : useNonce ? 'a DPoP nonce from this server is required' : detail, { detail, cause })
+    super(status === 503 ? 'the DPoP proof could not be checked now' : useNonce ? 'a DPoP nonce from this server is required' : detail,
+      { detail: `${reason}: ${detail}`, cause })
     this.status = status
     this.code = status === 503 ? 'temporarily_unavailable' : useNonce ? 'use_dpop_nonce' : code
     this.challenge = status === 401
