@@ -291,6 +291,10 @@ rate_limits:
   policies: { per-client: { limit: 100000000, window: 1s, key: client_id } }
   default: [per-client]
 `
+/** (d) with tracing on (issue 22), 5 % of requests sampled and exported over OTLP/HTTP (to the bench upstream, which answers 200). */
+const traceYaml = (port) => `${jwtYaml(port)}
+tracing: { enabled: true, endpoint: "${ctx.upstream}/v1/traces", sample_ratio: 0.05, export_delay: 1s }
+`
 const PREFLIGHT = { origin: CORS_ORIGIN, 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' }
 const opaqueYaml = (port) => proxyYaml(port, `
 issuers:
@@ -481,6 +485,13 @@ const SCENARIOS = [
     },
     load: () => ({ options: { headers: bearer(ctx.hotToken) } }),
   })),
+  { id: 'd-trace', label: '(d) + tracing on, 5 % sampled, OTLP/HTTP export (issue 22)', kind: 'proxy', newFeature: true, start: portcullisProxy('d-trace', traceYaml),
+    async gate(t) {
+      await proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' })
+      const echo = JSON.parse((await request(`${t.base}/api/__echo`, { headers: { ...bearer(ctx.hotToken), traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' } })).body)
+      expect(/^00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$/.test(echo.traceparent ?? ''), `traceparent not continued upstream: ${echo.traceparent}`)
+    },
+    load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
   { id: 'preflight', label: '(d) config, a CORS preflight answered by the gateway (issue 18)', kind: 'proxy', newFeature: true, start: portcullisProxy('preflight', corsYaml),
     async gate(t) {
       const res = await request(t.url, { method: 'OPTIONS', headers: PREFLIGHT })
@@ -764,6 +775,7 @@ const claimsCost = paired('d-claims', 'd', 'cpuMicrosPerRequest', (x, y) => x - 
 const corsCost = paired('d-cors', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 const resourceCost = paired('d-resource', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 const dpopCost = paired('d-dpop', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
+const traceCost = paired('d-trace', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 const limitCost = paired('d-limit', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 const limitRedisCost = paired('d-limit-redis', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 
@@ -799,6 +811,7 @@ if (claimsCost !== undefined) out(`Claim conditions and headers (d-claims) over 
 if (resourceCost !== undefined) out(`A route of an RFC 9728 resource (d-resource) over (d), CPU per request, paired median: ${resourceCost >= 0 ? '+' : ''}${resourceCost.toFixed(1)} µs.`)
 if (limitCost !== undefined) out(`A rate limit per client in memory (d-limit) over (d), CPU per request, paired median: ${limitCost >= 0 ? '+' : ''}${limitCost.toFixed(1)} µs.`)
 if (limitRedisCost !== undefined) out(`A rate limit per client on Redis (d-limit-redis) over (d), gateway CPU per request, paired median: ${limitRedisCost >= 0 ? '+' : ''}${limitRedisCost.toFixed(1)} µs (Redis's own CPU not counted).`)
+if (traceCost !== undefined) out(`Tracing on at 5 % sampling (d-trace) over (d), CPU per request, paired median: ${traceCost >= 0 ? '+' : ''}${traceCost.toFixed(1)} µs.`)
 if (dpopCost !== undefined) out(`A DPoP request with its proof verified (d-dpop) over (d), CPU per request, paired median: ${dpopCost >= 0 ? '+' : ''}${dpopCost.toFixed(1)} µs.`)
 if (corsCost !== undefined) out(`CORS headers for an allowed Origin (d-cors) over (d), CPU per request, paired median: ${corsCost >= 0 ? '+' : ''}${corsCost.toFixed(1)} µs.`)
 const saturated = selected.filter((s) => summary[s.id].cpu1Busy >= 95).map((s) => s.id)

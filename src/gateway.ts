@@ -22,6 +22,7 @@ import { errorBody, errorHeaders, renderError, renderErrorOnSocket } from './err
 import { GatewayPipeline } from './server/pipeline.js'
 import { requestHeadProblem } from './server/request-head.js'
 import { buildRuntime, closeRuntime, type RuntimeDependencies } from './server/runtime.js'
+import { setTracing, tracing, Tracing } from './tracing/tracing.js'
 
 /** What the rest of Portcullis (revocation, metrics, the Redis broadcast) reaches through `app.gateway`. */
 export interface GatewayHandle {
@@ -73,6 +74,7 @@ const RESTART_ONLY: ReadonlyArray<[string, (config: GatewayConfig) => unknown]> 
   // The embedded server learns the resource identifiers clients may ask for (RFC 8707) at start.
   ['resources[].resource (for the embedded server)', (config) => config.authorization_server?.enabled && (config.resources ?? []).map((r) => r.resource)],
   ['audit', (config) => config.audit],
+  ['tracing', (config) => config.tracing],
   ['log.buffer', (config) => config.log?.buffer],
   ['log.flush_interval', (config) => config.log?.flush_interval],
 ]
@@ -233,6 +235,9 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
     onError: (error) => log.error({ err: error }, 'audit output failed'),
   })
   app.decorate('audit', audit)
+  // Tracing (issue 22): one provider for the process, from the config it started with (a reload cannot change it).
+  const ownsTracing = config.tracing?.enabled === true && tracing() === null
+  if (ownsTracing) setTracing(new Tracing(config.tracing!))
   const authServer = config.authorization_server?.enabled
     ? await createAuthServer(app, config.authorization_server, {
       now, metrics, audit, resources: (config.resources ?? []).map((resource) => resource.resource), dpop: config.dpop,
@@ -280,6 +285,12 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   // Before server.close(), which would otherwise wait for every upgraded socket to end by itself.
   app.addHook('preClose', async () => { pipeline!.closeUpgraded() })
   app.addHook('onClose', async () => {
+    // Spans still queued are sent before the process goes (bounded by the exporter's own timeout).
+    const tracer = tracing()
+    if (tracer !== null && ownsTracing) {
+      setTracing(null)
+      await tracer.shutdown().catch((error: unknown) => log.warn({ err: error }, 'flushing traces failed'))
+    }
     await Promise.all([closeRuntime(pipeline!.runtime), authServer?.close()])
     await audit.close()
     buffered?.flush()

@@ -6,6 +6,7 @@
  */
 import { readFileSync } from 'node:fs'
 import { Agent, request, type Dispatcher } from 'undici'
+import { withClientSpan, type Span } from '../tracing/tracing.js'
 import type { FastifyBaseLogger } from 'fastify'
 import type { IssuerConfig, IntrospectionConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
@@ -120,7 +121,13 @@ export class IntrospectionClient {
     }
   }
 
-  private async call(token: string): Promise<IntrospectionEntry> {
+  /** One introspection call, in a CLIENT span when tracing is on (issue 22): the endpoint, never the token. */
+  private call(token: string): Promise<IntrospectionEntry> {
+    return withClientSpan('POST', { 'http.request.method': 'POST', 'url.full': this.config.endpoint, 'portcullis.fetch': 'introspection' },
+      (span) => this.callOnce(token, span))
+  }
+
+  private async callOnce(token: string, span: Span | undefined): Promise<IntrospectionEntry> {
     const form = new URLSearchParams({ token, token_type_hint: 'access_token' })
     if (!this.authorization) {
       form.set('client_id', this.config.client_id)
@@ -147,6 +154,7 @@ export class IntrospectionClient {
         'introspection endpoint unreachable')
       throw new TemporarilyUnavailable('introspection_unavailable', 1, error)
     }
+    span?.setAttribute('http.response.status_code', response.statusCode)
     // Not cached: the endpoint failing is not an answer about the token.
     if (response.statusCode !== 200) throw badResponse(`introspection_status_${response.statusCode}`)
     let body: Record<string, unknown>

@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { createLocalJWKSet, errors, type JSONWebKeySet, type JWK, type JWTVerifyGetKey } from 'jose'
 import { request } from 'undici'
+import { withClientSpan, type Span } from '../tracing/tracing.js'
 import type { FastifyBaseLogger } from 'fastify'
 
 export interface KeySetOptions {
@@ -31,12 +32,18 @@ export class KeySetUnavailable extends Error {
 
 async function fetchJson(url: string, timeoutMs: number): Promise<unknown> {
   if (url.startsWith('file://')) return JSON.parse(await readFile(fileURLToPath(url), 'utf8'))
+  // Issue 22: a CLIENT span under the request that needed the keys (or a root, for a background refresh).
+  return withClientSpan('GET', { 'http.request.method': 'GET', 'url.full': url, 'portcullis.fetch': 'jwks' }, (span) => fetchJsonOnce(url, timeoutMs, span))
+}
+
+async function fetchJsonOnce(url: string, timeoutMs: number, span: Span | undefined): Promise<unknown> {
   const response = await request(url, {
     headers: { accept: 'application/json' },
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
     signal: AbortSignal.timeout(timeoutMs),
   })
+  span?.setAttribute('http.response.status_code', response.statusCode)
   if (response.statusCode !== 200) {
     await response.body.dump()
     throw new Error(`${url} answered ${response.statusCode}`)

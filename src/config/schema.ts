@@ -313,6 +313,17 @@ const AuthorizationServer = Strict({
   })),
 })
 
+/** Issue 22: OpenTelemetry traces over OTLP/HTTP (src/tracing/). */
+const Tracing = Strict({
+  enabled: Type.Boolean(),
+  endpoint: Type.Optional(Type.String({ pattern: '^https?://', 'x-message': 'must be the http(s) URL of an OTLP/HTTP traces endpoint' })),
+  headers: Type.Optional(Type.Record(Type.String({ pattern: '^[!#$%&\'*+.^_`|~0-9A-Za-z-]+$' }), Type.String())),
+  sample_ratio: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+  service_name: Type.Optional(NonEmpty),
+  export_delay: Type.Optional(Duration),
+  attributes: Type.Optional(Strict({ subject: Type.Optional(Type.Boolean()) })),
+})
+
 /** Issue 21: rate limit policies (src/ratelimit/). */
 const RateLimitAmount = Strict({ limit: Type.Integer({ minimum: 1 }), burst: Type.Optional(Type.Integer({ minimum: 1 })) })
 const RateLimitPolicy = Strict({
@@ -387,6 +398,7 @@ export const GatewayConfigSchema = Strict({
   scope_implies: Type.Optional(Type.Record(Type.String({ minLength: 1 }), Type.Array(NonEmpty, { minItems: 1 }))),
   dpop: Type.Optional(Dpop),
   rate_limits: Type.Optional(RateLimits),
+  tracing: Type.Optional(Tracing),
 })
 
 export type GatewayConfig = Static<typeof GatewayConfigSchema>
@@ -404,6 +416,7 @@ export type CacheConfig = Static<typeof Cache>
 export type DpopConfig = Static<typeof Dpop>
 export type RateLimitPolicyConfig = Static<typeof RateLimitPolicy>
 export type RateLimitsConfig = Static<typeof RateLimits>
+export type TracingConfig = Static<typeof Tracing>
 export type DpopModeConfig = Static<typeof DpopMode>
 export type AuditConfig = Static<typeof Audit>
 export type AuthorizationServerConfig = Static<typeof AuthorizationServer>

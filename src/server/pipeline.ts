@@ -16,6 +16,7 @@ import {
 import type { Decision } from '../metrics/metrics.js'
 import { renderError, renderErrorOnSocket, type ResourceChallenge } from '../errors/render.js'
 import { isDpopScheme } from '../dpop/gateway.js'
+import { endHttpSpan, SpanKind, SpanStatusCode, tracing, type Span } from '../tracing/tracing.js'
 import { echoRequest } from '../forward/echo.js'
 import { ClientGone, forwardRequest, upstreamFailure, type ForwardHandler, type Upstream } from '../forward/proxy.js'
 import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
@@ -54,6 +55,8 @@ interface Outcome {
   cors?: CorsAnswer | null | undefined
   /** The RateLimit fields for the forwarded response (issue 21): `[name, value, …]`; null or unset for none. */
   rateLimitFields?: string[] | null | undefined
+  /** The request's server span (issue 22), when tracing is on. */
+  span?: Span | undefined
 }
 
 /** Levels at which the one-line-per-request log is written (`info` and chattier). */
@@ -99,7 +102,7 @@ function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRu
     if (rule.auth === 'optional') return undefined
     throw rule.dpop === 'required' ? new MissingToken(rt.dpop.settings.algs) : new MissingToken()
   }
-  const found = rt.authenticator.authenticate(token)
+  const found = tracing() === null ? rt.authenticator.authenticate(token) : authenticateTraced(rt, token)
   if (found instanceof Promise) {
     return found.then((principal) => {
       if (principal.jkt !== undefined || rule.dpop === 'required' || rt.dpop.issuerRequires) rt.dpop.refuseBearer(principal, rule.dpop)
@@ -111,6 +114,51 @@ function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRu
   if (found.jkt !== undefined || rule.dpop === 'required' || rt.dpop.issuerRequires) rt.dpop.refuseBearer(found, rule.dpop)
   check(found, rule, req.headers, segments)
   return found
+}
+
+/**
+ * `rt.authenticator.authenticate` in an `authenticate` span (issue 22): a cache hit is answered at once
+ * (`portcullis.cache.hit: true`); a miss's JWKS fetch or introspection call are its children.
+ */
+function authenticateTraced(rt: GatewayRuntime, token: string): Principal | Promise<Principal> {
+  const tracer = tracing()!
+  const { span, context } = tracer.startChild('authenticate', SpanKind.INTERNAL)
+  const end = (error?: unknown) => {
+    if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof GatewayError ? error.code : 'error' })
+    span.end()
+  }
+  let found: Principal | Promise<Principal>
+  try {
+    found = tracer.within(context, () => rt.authenticator.authenticate(token))
+  } catch (error) {
+    span.setAttribute('portcullis.cache.hit', false)
+    end(error)
+    throw error
+  }
+  span.setAttribute('portcullis.cache.hit', !(found instanceof Promise))
+  if (!(found instanceof Promise)) {
+    end()
+    return found
+  }
+  return found.then((principal) => { end(); return principal }, (error: unknown) => { end(error); throw error })
+}
+
+/** The server span's name and route (semantic conventions: `{method} {http.route}`). */
+function nameSpan(span: Span, req: IncomingMessage, rule: CompiledRule): void {
+  span.updateName(`${req.method ?? 'HTTP'} ${rule.path}`)
+  span.setAttribute('http.route', rule.path)
+  span.setAttribute('portcullis.route', rule.id)
+}
+
+/** The client span of the upstream request; its context goes upstream in `traceparent`. */
+function startUpstreamSpan(req: IncomingMessage, upstream: Upstream, headers: Record<string, string | string[] | undefined>): Span {
+  const tracer = tracing()!
+  const { span, context } = tracer.startChild(req.method ?? 'HTTP', SpanKind.CLIENT, {
+    'http.request.method': req.method ?? '_OTHER',
+    'portcullis.upstream': upstream.name,
+  })
+  tracer.inject(context, headers)
+  return span
 }
 
 async function authenticateDpop(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, path: string,
@@ -161,6 +209,18 @@ export class GatewayPipeline {
       if (--rt.inflight === 0) rt.onIdle?.()
       this.record(rt, req, res, outcome, (performance.now() - started) / 1000)
     })
+    // Tracing (issue 22): off, this test is all it costs.
+    const tracer = tracing()
+    if (tracer !== null) {
+      const { span, context } = tracer.startRequest(req)
+      outcome.span = span
+      tracer.within(context, () => this.serveAndCatch(rt, req, res, outcome))
+      return
+    }
+    this.serveAndCatch(rt, req, res, outcome)
+  }
+
+  private serveAndCatch(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome): void {
     try {
       this.serve(rt, req, res, outcome)?.catch((error: unknown) => this.fail(rt, req, res, error, outcome))
     } catch (error) {
@@ -173,6 +233,14 @@ export class GatewayPipeline {
     // Not finished: the client went away before the response was complete.
     const status = res.writableFinished ? res.statusCode : 499
     rt.metrics.observeRequest(outcome.route || '(none)', req.method ?? 'GET', status, outcome.decision, outcome.error, seconds)
+    const span = outcome.span
+    // Read before the span ends: an ended span no longer says it is recording.
+    const traced = span !== undefined && span.isRecording() ? span.spanContext() : undefined
+    if (span !== undefined) {
+      span.setAttribute('portcullis.decision', outcome.decision)
+      if (outcome.error !== '') span.setAttribute('error.type', outcome.error)
+      endHttpSpan(span, status)
+    }
     if (!LOGS_REQUESTS.has(rt.log.level)) return
     // The request id names the log line only: made when there is a line to write.
     const presented = req.headers['x-request-id']
@@ -184,6 +252,7 @@ export class GatewayPipeline {
       reqId: id, route: outcome.route || undefined, method: req.method, path: (q === -1 ? url : url.slice(0, q)).slice(0, 512),
       status, decision: outcome.decision, ...(outcome.error !== '' && { error: outcome.error, reason: outcome.detail }),
       ms: Math.round(seconds * 100_000) / 100,
+      ...(traced !== undefined && { trace_id: traced.traceId, span_id: traced.spanId }),
     }
     if (outcome.error === '') rt.log.info(entry, 'request')
     else if (status < 500) rt.log.info(entry, 'request denied')
@@ -213,6 +282,7 @@ export class GatewayPipeline {
   private serveRoute(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, rule: CompiledRule,
     path: string, query: string, segments: readonly string[]): Promise<void> | undefined {
     outcome.route = rule.id
+    if (outcome.span !== undefined) nameSpan(outcome.span, req, rule)
     if (rule.challenge !== null) outcome.resourceMetadata = rule.challenge
     // A declared length over the limit costs nothing to refuse: before the token is even looked at.
     if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
@@ -289,8 +359,15 @@ export class GatewayPipeline {
     // spend (undici's abort would close the one it had picked).
     if (res.destroyed) throw forwardingFailure(new ClientGone(), req, upstream)
     const sent = performance.now()
+    let upstreamSpan: Span | undefined
+    if (outcome.span !== undefined) {
+      // The subject only where the config asks for it (`tracing.attributes.subject`).
+      if (principal?.subject !== undefined && tracing()?.withSubject) outcome.span.setAttribute('enduser.id', principal.subject)
+      upstreamSpan = startUpstreamSpan(req, upstream, headers)
+    }
     outcome.forwarding = forwardRequest(upstream, req, res, headers, body, (error) => {
       rt.metrics.observeUpstream(upstream.name, error ? 'failure' : 'response', (performance.now() - sent) / 1000)
+      if (upstreamSpan !== undefined) endHttpSpan(upstreamSpan, error ? 502 : res.statusCode, false)
       if (error) this.fail(rt, req, res, forwardingFailure(error, req, upstream), outcome)
     }, outcome.cors, outcome.rateLimitFields ?? null)
     return undefined

@@ -6,6 +6,7 @@
  * answer carries a `DPoP-Nonce` (§8), so a client always holds a fresh one.
  */
 import type { FastifyInstance, FastifyRequest, onRequestAsyncHookHandler } from 'fastify'
+import { endHttpSpan, tracing } from '../../tracing/tracing.js'
 import { decodeJwt } from 'jose'
 import { tokenHash } from '../../authn/token-cache.js'
 import { GatewayError, InvalidRequest, UnauthorizedClient, UnsupportedGrantType } from '../../errors/oauth-errors.js'
@@ -67,11 +68,18 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
 
   // Credentials in the URI or a body that is not a form are refused before the body is read.
   app.post(path, { onRequest: sendNonce ? [sendNonce, formPostGuard(issuer)] : formPostGuard(issuer) }, async (request, reply) => {
+    // Issue 22: the grant in a SERVER span (the grant type, never the client's credentials or the tokens).
+    const span = tracing()?.startRequest(request.raw).span
+    if (span !== undefined) reply.raw.once('close', () => endHttpSpan(span, reply.raw.statusCode))
     try {
       const form = parseForm(request.body, REPEATABLE)
       const grantType = form.get('grant_type')
       if (grantType === undefined) throw new InvalidRequest('grant_type is required')
       const handler = grantFor(grantType)
+      if (span !== undefined) {
+        span.updateName(`POST ${path} ${handler.grantType}`)
+        span.setAttributes({ 'http.route': path, 'portcullis.grant_type': handler.grantType })
+      }
       const client = await authenticateClient(request, form, ctx)
       if (!client.grantTypes.has(handler.grantType)) {
         throw new UnauthorizedClient(`client ${client.clientId} is not registered for ${handler.grantType}`)
@@ -88,6 +96,7 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       return noStore(reply).code(200).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))
     } catch (error) {
       ctx.metrics.tokenErrors.inc({ error: error instanceof GatewayError ? error.code : 'server_error' })
+      span?.setAttribute('error.type', error instanceof GatewayError ? error.code : 'server_error')
       return sendOAuthError(reply, error, issuer)
     }
   })
