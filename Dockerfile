@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # Portcullis container: multi-stage, on the current Node.js LTS, runs as the unprivileged `node` user (1000).
-# test/container.test.ts replays these steps outside Docker: keep one instruction per line, exec-form
-# (JSON) ENTRYPOINT, CMD and HEALTHCHECK, and no line continuations.
+# deploy/build-image.sh builds it (docker, or buildah) and runs it; test/container.test.ts replays these steps
+# outside any engine: keep one instruction per line, exec-form (JSON) ENTRYPOINT, CMD and HEALTHCHECK, and no
+# line continuations.
 
 # Compiles src/ into dist/ (the TypeScript compiler and the other dev dependencies stay in this stage).
 FROM node:26-bookworm-slim AS build
@@ -18,6 +19,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3 make g+
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts && npm rebuild better-sqlite3
+# At run time only the addon itself is loaded: not SQLite's sources nor the compiler's objects (26 MB).
+RUN cd node_modules/better-sqlite3 && rm -rf deps src build/Release/obj build/Release/obj.target build/Release/.deps build/Release/sqlite3.a build/Release/test_extension.node
 
 FROM node:26-bookworm-slim
 ENV NODE_ENV=production
