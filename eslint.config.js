@@ -15,6 +15,12 @@ export default tseslint.config(
   },
   { files: ['src/**/*.ts'], ignores: ['src/cli.ts'], rules: { 'no-console': 'error' } },
   {
+    // bench/otel-auto.cjs is preloaded with `node --require`: CommonJS on purpose.
+    files: ['bench/**/*.cjs'],
+    languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', process: 'readonly' } },
+    rules: { '@typescript-eslint/no-require-imports': 'off' },
+  },
+  {
     files: ['bench/**/*.mjs', 'examples/**/*.mjs'],
     languageOptions: {
       globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly', setTimeout: 'readonly', fetch: 'readonly', globalThis: 'readonly', URLSearchParams: 'readonly', URL: 'readonly' },

@@ -10,7 +10,7 @@
 // (npm run bench = npm run build --silent && node --expose-gc bench/run.mjs)
 //
 // Options: --quick, --duration S (measured seconds per run; default 10), --warmup S (default 3), --reps N
-// (default 3), --scenarios LIST (default all; `e` selects both e-… rows, `b` also b@2000, …),
+// (default 3), --scenarios LIST (default all; `e` selects both e-… rows, `b` also b@2000, …; `=d` only d),
 // --against DIR (each Portcullis proxy row runs on DIR's build too, interleaved: the A/B of a change),
 // --connections N (default 50 for the proxy scenarios, 20 for the token endpoint), --entries N (cached
 // tokens for (i); default 100 000), --profile DIR (each process under test writes a V8 CPU profile into DIR
@@ -542,9 +542,10 @@ const SCENARIOS = [
 ]
 const ALL_IDS = [...SCENARIOS.map((s) => s.id), 'i']
 
-// --scenarios: a name selects itself and its variants (e → e-es256, e-rs256; b → b, b@2000).
+// --scenarios: a name selects itself and its variants (e → e-es256, e-rs256; b → b, b@2000); `=d` selects d alone.
 const wanted = (opts.scenarios ?? ALL_IDS.join(',')).split(',').map((s) => s.trim()).filter(Boolean)
-const selects = (token, id) => id === token || id.startsWith(`${token}-`) || id.startsWith(`${token}@`)
+const selects = (token, id) => token.startsWith('=') ? id === token.slice(1)
+  : id === token || id.startsWith(`${token}-`) || id.startsWith(`${token}@`)
 for (const token of wanted) if (!ALL_IDS.some((id) => selects(token, id))) throw new Error(`unknown scenario ${token}: one of ${ALL_IDS.join(', ')}`)
 let selected = SCENARIOS.filter((s) => wanted.some((token) => selects(token, s.id)))
 // --against DIR: each Portcullis proxy row also runs on the build in DIR (another checkout, built), in the
