@@ -310,7 +310,8 @@ export function describeStorageContract(name: string, factory: StorageFactory): 
     })
 
     // Optional (adapter.ts): the shared store has it; stores one process uses leave it out, reported as skipped here.
-    describe('firstUse', () => {
+    const shared = name.startsWith('redis')
+    describe(shared ? 'firstUse' : `firstUse (skipped: the ${name} adapter is used by one process and has none)`, () => {
       it('is true for the first of 10 parallel callers only, and false on every later call', async (context) => {
         const { store } = await open()
         if (store.firstUse === undefined) return context.skip(`the ${name} adapter has no firstUse`)
