@@ -16,7 +16,7 @@ import { Writable } from 'node:stream'
 import { stringify } from 'yaml'
 import { runPortcullis } from '../src/server/run.js'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { startGateway, testConfig, type RunningGateway } from './support/gateway.js'
+import { rawRequest, startGateway, testConfig, type RunningGateway } from './support/gateway.js'
 import { startIntrospectionServer } from './support/introspection.js'
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { scrape, valueOf } from './support/prometheus.js'
@@ -274,6 +274,16 @@ describe('opaque tokens bound by introspection (cnf.jkt in the answer, RFC 9449 
 })
 
 describe('the URL a proof names', () => {
+  it('is never taken from the Host header: a proof made for another server is refused here, whatever Host says', async () => {
+    const client = await holder()
+    const token = await boundToken(client.jkt)
+    const stolen = await proof(client, { htm: 'GET', htu: 'http://api.other.example/api/x', ath: ath(token) })
+    const res = await rawRequest(gateway.port, `GET /api/x HTTP/1.1\r\nHost: api.other.example\r\nAuthorization: DPoP ${token}\r\nDPoP: ${stolen}\r\nConnection: close\r\n\r\n`)
+    expect(res.status).toBe(401)
+    expect(res.headers).toContain('error="invalid_dpop_proof"')
+    expect(upstream.requests).toHaveLength(0)
+  })
+
   it('is the gateway\'s public URL when server.public_url is set, not the address it was reached at', async () => {
     const pub = await startGateway(testConfig({ upstream, issuer, routes: ROUTES, server: { public_url: 'https://api.example.com' } }))
     try {

@@ -61,7 +61,7 @@ export class DpopGate {
   readonly settings: DpopSettings
   private replayCache: ReplayCache | undefined
   private readonly issuerModes: ReadonlyMap<string, DpopMode>
-  /** `server.public_url`'s origin (or the listener's), for `htu`; else the request's own Host. */
+  /** `server.public_url`'s origin, for `htu`; else the connection's local address (requestUrl). */
   private readonly origin: string | undefined
   private readonly scheme: string
   private readonly key: string
@@ -75,7 +75,8 @@ export class DpopGate {
     const keep = previous !== undefined && previous.key === this.key
     const initial = options.initial !== undefined && JSON.stringify(options.initial.config ?? {}) === this.key ? options.initial.settings : undefined
     this.settings = keep ? previous.settings : initial ?? resolveDpop(config.dpop, options.now)
-    this.replayCache = keep ? previous.replayCache : undefined
+    // The proofs seen survive any reload that keeps the cache's size (a new cache would accept them once more).
+    this.replayCache = previous !== undefined && previous.settings.replayCacheSize === this.settings.replayCacheSize ? previous.replayCache : undefined
     this.issuerModes = new Map((config.issuers ?? []).flatMap((issuer) => issuer.dpop === undefined ? [] : [[issuer.issuer, issuer.dpop] as const]))
     this.issuerRequires = [...this.issuerModes.values()].includes('required')
     this.origin = config.server?.public_url !== undefined ? publicOrigin(config)?.origin : undefined
@@ -94,9 +95,16 @@ export class DpopGate {
     return this.replayCache
   }
 
-  /** The URL the client addressed: for `htu` (query and fragment are ignored there anyway). */
+  /**
+   * The URL the client addressed, for `htu`: `server.public_url`, else the address and port the connection
+   * reached. Never the `Host` header: a client picks it, and a proof made for another server would then pass
+   * here (found in review). Clients that reach the gateway by a name need `server.public_url`.
+   */
   private requestUrl(req: IncomingMessage, path: string): string {
-    return `${this.origin ?? `${this.scheme}://${req.headers.host ?? ''}`}${path}`
+    if (this.origin !== undefined) return `${this.origin}${path}`
+    const address = req.socket.localAddress ?? ''
+    const host = address.startsWith('::ffff:') ? address.slice(7) : address.includes(':') ? `[${address}]` : address
+    return `${this.scheme}://${host}:${req.socket.localPort ?? ''}${path}`
   }
 
   /** The token of an `Authorization: DPoP …` header; InvalidRequest when it is malformed or too large. */
