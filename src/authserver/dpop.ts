@@ -9,7 +9,7 @@
  * Their descriptions name the check that failed, never a value of the proof.
  */
 import type { FastifyRequest } from 'fastify'
-import { DpopProofError, verifyProof, type DpopFailure, type VerifiedProof } from '../dpop/proof.js'
+import { DpopProofError, proofHeader, verifyProof, type DpopFailure, type VerifiedProof } from '../dpop/proof.js'
 import { GatewayError, InvalidRequest } from '../errors/oauth-errors.js'
 import type { RegisteredClient } from './clients.js'
 import type { AuthServerContext } from './context.js'
@@ -29,16 +29,6 @@ export class UseDpopNonce extends GatewayError {
   constructor() { super('the DPoP proof must carry the nonce from the DPoP-Nonce header', { detail: 'dpop_nonce' }) }
 }
 
-/** The request's DPoP header; undefined without one. Two are refused (§4.3 item 1: exactly one). */
-export function proofHeader(request: FastifyRequest): string | undefined {
-  // Most requests carry none: headersDistinct (built on first use) only for those that do.
-  if (request.headers.dpop === undefined) return undefined
-  const values = request.raw.headersDistinct.dpop
-  if (values === undefined || values.length === 0) return undefined
-  if (values.length > 1) throw new InvalidDpopProof('dpop_multiple', 'the request carries more than one DPoP header')
-  return values[0]
-}
-
 /**
  * The verified proof of a token request, its jti spent; undefined when the request carries none and the
  * client does not require one. Throws InvalidDpopProof, UseDpopNonce, InvalidRequest, or the store's
@@ -48,7 +38,12 @@ export function proofHeader(request: FastifyRequest): string | undefined {
  */
 export async function checkTokenRequestProof(ctx: AuthServerContext, request: FastifyRequest, client: RegisteredClient,
   tokenEndpoint: string): Promise<VerifiedProof | undefined> {
-  const proof = proofHeader(request)
+  let proof: string | undefined
+  try {
+    proof = proofHeader(request.raw)
+  } catch (error) {
+    throw error instanceof DpopProofError ? new InvalidDpopProof(error.reason, error.description) : error
+  }
   if (proof === undefined) {
     // RFC 9449 §5.2: such a client's tokens are always bound; a request without a proof is malformed.
     if (client.dpopBoundAccessTokens) throw new InvalidRequest('a DPoP proof is required: the client is registered with dpop_bound_access_tokens')

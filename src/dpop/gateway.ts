@@ -15,7 +15,7 @@ import type { DpopConfig, DpopModeConfig, GatewayConfig } from '../config/schema
 import { DpopRefused, InvalidRequest } from '../errors/oauth-errors.js'
 import type { Metrics } from '../metrics/metrics.js'
 import { publicOrigin } from '../resources/metadata.js'
-import { DpopProofError, verifyProof } from './proof.js'
+import { DpopProofError, proofHeader, verifyProof } from './proof.js'
 import { memoryReplayCache, sharedReplayCache, type ReplayCache, type SharedOnce } from './replay.js'
 import { resolveDpop, type DpopSettings } from './settings.js'
 
@@ -27,19 +27,6 @@ const DPOP_CREDENTIALS = /^DPoP +([A-Za-z0-9\-._~+/]+=*) *$/i
 /** Whether an Authorization header names the DPoP scheme: its first letter, then the scheme whole. */
 export function isDpopScheme(header: string): boolean {
   return (header.charCodeAt(0) | 0x20) === 0x64 && header.length > 5 && header.slice(0, 5).toLowerCase() === 'dpop '
-}
-
-/** The one DPoP header of the request; two are refused (§4.3 item 1), none is undefined. */
-function proofHeader(req: IncomingMessage): string | undefined {
-  let count = 0
-  const raw = req.rawHeaders
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!
-    if (name.length === 4 && name.toLowerCase() === 'dpop') count++
-  }
-  if (count > 1) throw new DpopRefused('dpop_multiple', 'more than one DPoP header')
-  const value = req.headers.dpop
-  return typeof value === 'string' ? value : undefined
 }
 
 export interface DpopGateOptions {

@@ -15,6 +15,7 @@
  * node:crypto's synchronous `verify` with the imported key, measured at half the time of jose's
  * `compactVerify` (WebCrypto, asynchronous) for ES256 on these machines.
  */
+import type { IncomingMessage } from 'node:http'
 import { constants, createHash, KeyObject, verify as verifySignature, type VerifyKeyObjectInput, type webcrypto } from 'node:crypto'
 import { calculateJwkThumbprint, importJWK, type JWK } from 'jose'
 import { LRUCache } from 'lru-cache'
@@ -136,6 +137,18 @@ async function keyOf(headerSegment: string, algorithms: readonly string[]): Prom
   const entry = { ...verifyInput(alg, key instanceof KeyObject ? key : KeyObject.from(key)), jkt, alg }
   keys.set(headerSegment, entry)
   return entry
+}
+
+/**
+ * The request's one `DPoP` header (§4.3 item 1: exactly one), or undefined without one; two are
+ * DpopProofError `dpop_multiple`. Most requests carry none: `headersDistinct` is built only for those that do.
+ */
+export function proofHeader(req: IncomingMessage): string | undefined {
+  if (req.headers.dpop === undefined) return undefined
+  const values = req.headersDistinct.dpop
+  if (values === undefined || values.length === 0) return undefined
+  if (values.length > 1) throw new DpopProofError('dpop_multiple', 'the request carries more than one DPoP header')
+  return values[0]
 }
 
 /** §4.3 item 9: scheme, host, port and path as parsed URLs read them; query and fragment ignored. */
