@@ -18,7 +18,6 @@ import { splitPath } from '../dist/rules/segments.js'
 import { corsAnswer } from '../dist/cors/policy.js'
 import { withCorsHeaders } from '../dist/cors/response.js'
 import { RateLimiter } from '../dist/ratelimit/limiter.js'
-import { compileRateLimits } from '../dist/ratelimit/policy.js'
 import { Metrics } from '../dist/metrics/metrics.js'
 
 const ORIGIN = 'https://app.example.com'
@@ -52,7 +51,7 @@ function setup(config) {
   // As src/server/runtime.ts and pipeline.ts choose it.
   const tokenless = { ...policy, removed: new Set([...policy.removed, 'authorization']) }
   const limiter = rules[0].rateLimits === null ? null
-    : new RateLimiter({ compiled: compileRateLimits(config), config: config.rate_limits, metrics: new Metrics(), trustForwarded: false })
+    : new RateLimiter({ policies: new Set(rules[0].rateLimits), config: config.rate_limits, metrics: new Metrics(), trustForwarded: false })
   return { rule: rules[0], policy: rules[0].stripAuthorization ? tokenless : policy, principal: config.scope_implies ? adminPrincipal : principal, limiter }
 }
 

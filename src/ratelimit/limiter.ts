@@ -19,14 +19,15 @@ import { RateLimited, TemporarilyUnavailable } from '../errors/oauth-errors.js'
 import type { Metrics } from '../metrics/metrics.js'
 import type { GcraOutcome } from './gcra.js'
 import { MemoryBuckets } from './memory.js'
-import type { Budget, CompiledPolicy, CompiledRateLimits } from './policy.js'
+import type { Budget, CompiledPolicy } from './policy.js'
 import type { RedisBuckets } from './redis.js'
 
 /** What an admitted request's response carries: `[name, value, …]`, or null without fields. */
 export type RateLimitFields = string[] | null
 
 export interface LimiterOptions {
-  readonly compiled: CompiledRateLimits
+  /** The policies the routes use (compiled with them: rules/compile.ts), each once. */
+  readonly policies: Iterable<CompiledPolicy>
   readonly config: RateLimitsConfig | undefined
   readonly metrics: Metrics
   readonly trustForwarded: boolean
@@ -85,7 +86,7 @@ export class RateLimiter {
     this.redis = store?.type === 'redis'
       ? (sameStore && previous.redis !== null ? previous.redis : options.openRedis!(parseDuration(store.timeout ?? '250ms')))
       : null
-    for (const policy of options.compiled.policies.values()) {
+    for (const policy of options.policies) {
       this.fingerprints.set(policy.name, policy.fingerprint)
       const kept = sameStore && previous.fingerprints.get(policy.name) === policy.fingerprint ? previous.memory.get(policy.name) : undefined
       if (this.redis === null) this.memory.set(policy.name, kept ?? new MemoryBuckets(store?.max_keys ?? 100_000))

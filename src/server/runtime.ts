@@ -21,7 +21,6 @@ import type { CompiledRule } from '../rules/compile.js'
 import { compileCorsRuntime, type CorsRuntime } from '../cors/policy.js'
 import { DpopGate } from '../dpop/gateway.js'
 import { RateLimiter } from '../ratelimit/limiter.js'
-import { compileRateLimits } from '../ratelimit/policy.js'
 import { RedisBuckets } from '../ratelimit/redis.js'
 import type { SharedOnce } from '../dpop/replay.js'
 import type { DpopSettings } from '../dpop/settings.js'
@@ -98,7 +97,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
   const { byMetadataPath } = compileResources(config)
   const dpop = new DpopGate({ config, metrics: deps.metrics, now: deps.now, shared: deps.sharedOnce, previous: previous?.dpop, initial: deps.dpop })
   const rateLimiter = rules.some((rule) => rule.rateLimits !== null) ? new RateLimiter({
-    compiled: compileRateLimits(config),
+    policies: new Set(rules.flatMap((rule) => rule.rateLimits ?? [])),
     config: config.rate_limits,
     metrics: deps.metrics,
     trustForwarded: config.forward?.trust_forwarded_headers ?? false,
