@@ -23,6 +23,8 @@ import { GatewayPipeline } from './server/pipeline.js'
 import { requestHeadProblem } from './server/request-head.js'
 import { buildRuntime, closeRuntime, type RuntimeDependencies } from './server/runtime.js'
 import { setTracing, tracing, Tracing } from './tracing/tracing.js'
+import { DecisionEndpoint } from './decision/endpoint.js'
+import { createDecisionServer } from './decision/server.js'
 
 /** What the rest of Portcullis (revocation, metrics, the Redis broadcast) reaches through `app.gateway`. */
 export interface GatewayHandle {
@@ -49,6 +51,8 @@ declare module 'fastify' {
     metrics: Metrics
     /** The audit trail (`audit.output`): security events, apart from the request log. */
     audit: AuditLog
+    /** The decision endpoint's listener (`decision.listen`, issue 23), not listening yet; undefined without `decision:`. */
+    decisionServer: http.Server | undefined
   }
 }
 
@@ -75,6 +79,7 @@ const RESTART_ONLY: ReadonlyArray<[string, (config: GatewayConfig) => unknown]> 
   ['resources[].resource (for the embedded server)', (config) => config.authorization_server?.enabled && (config.resources ?? []).map((r) => r.resource)],
   ['audit', (config) => config.audit],
   ['tracing', (config) => config.tracing],
+  ['decision.listen, decision.tls', (config) => config.decision && { listen: config.decision.listen, tls: config.decision.tls }],
   ['log.buffer', (config) => config.log?.buffer],
   ['log.flush_interval', (config) => config.log?.flush_interval],
 ]
@@ -251,6 +256,8 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   const deps: RuntimeDependencies = { log, metrics, now, embedded: authServer?.embedded, isRevoked: options.isRevoked, sharedOnce,
     dpop: authServer && { config: config.dpop, settings: authServer.ctx.settings.dpop } }
   pipeline = new GatewayPipeline(buildRuntime(config, deps))
+  const decisionServer = config.decision && createDecisionServer(config.decision, new DecisionEndpoint(pipeline, now), maxHeaderSize, realm)
+  app.decorate('decisionServer', decisionServer)
   const authenticator = () => pipeline!.runtime.authenticator
   // A revocation at the embedded server reaches the gateway's caches at once (checklist RV-02, RT-04).
   if (authServer) {
@@ -284,6 +291,15 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
 
   // Before server.close(), which would otherwise wait for every upgraded socket to end by itself.
   app.addHook('preClose', async () => { pipeline!.closeUpgraded() })
+  // Decisions in flight finish; idle keep-alive connections from the proxy close now.
+  if (decisionServer) {
+    app.addHook('onClose', async () => {
+      if (!decisionServer.listening) return
+      const closed = new Promise<void>((resolve) => decisionServer.close(() => resolve()))
+      decisionServer.closeIdleConnections()
+      await closed
+    })
+  }
   app.addHook('onClose', async () => {
     // Spans still queued are sent before the process goes (bounded by the exporter's own timeout).
     const tracer = tracing()

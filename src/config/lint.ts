@@ -10,6 +10,7 @@ import { lintCors } from '../cors/lint.js'
 import { lintMcp } from '../mcp/compile.js'
 import { authorizationServerWarnings, lintAuthorizationServer } from './lint-authserver.js'
 import { parseDuration, parseSize } from './units.js'
+import { decisionWarnings, lintDecision } from '../decision/lint.js'
 
 /**
  * `log.buffer`: pino's destination measures the whole pending text on every line it adds, so past a few
@@ -148,6 +149,8 @@ export function lintConfig(config: GatewayConfig): LintProblem[] {
     }
   }
   problems.push(...lintAuthorizationServer(config))
+  // Issue 23: the decision endpoint's listener, trust and cache bound.
+  problems.push(...lintDecision(config))
   return problems
 }
 
@@ -192,5 +195,6 @@ export function configWarnings(config: GatewayConfig): string[] {
     }
   })
   warnings.push(...authorizationServerWarnings(config))
+  warnings.push(...decisionWarnings(config))
   return warnings
 }

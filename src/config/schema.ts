@@ -363,6 +363,22 @@ const Dpop = Strict({
   forward_proof: Type.Optional(Type.Boolean()),
 })
 
+/** Issue 23: the decision endpoint, for a proxy in front that forwards by itself (src/decision/). */
+const Decision = Strict({
+  listen: HostPort,
+  tls: Type.Optional(Strict({ cert_file: NonEmpty, key_file: NonEmpty, client_ca_file: Type.Optional(NonEmpty) })),
+  trust: Type.Optional(Strict({
+    // CIDR ranges or single addresses; default 127.0.0.0/8 and ::1 when `trust` is absent.
+    addresses: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
+    // Normally ${ENV}: the value the proxy sends in `secret_header`.
+    secret: Type.Optional(Type.String({ minLength: 32, 'x-message': 'must be at least 32 characters' })),
+    secret_header: Type.Optional(HeaderName),
+    // Subject CN or DNS subjectAltName of a client certificate verified against `tls.client_ca_file`.
+    client_certificate_names: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
+  })),
+  cache_ttl: Type.Optional(Duration),
+})
+
 const Cache = Strict({
   max_entries: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
   jwt: Type.Optional(Type.Boolean()),
@@ -399,6 +415,7 @@ export const GatewayConfigSchema = Strict({
   dpop: Type.Optional(Dpop),
   rate_limits: Type.Optional(RateLimits),
   tracing: Type.Optional(Tracing),
+  decision: Type.Optional(Decision),
 })
 
 export type GatewayConfig = Static<typeof GatewayConfigSchema>
@@ -417,6 +434,7 @@ export type DpopConfig = Static<typeof Dpop>
 export type RateLimitPolicyConfig = Static<typeof RateLimitPolicy>
 export type RateLimitsConfig = Static<typeof RateLimits>
 export type TracingConfig = Static<typeof Tracing>
+export type DecisionConfig = Static<typeof Decision>
 export type DpopModeConfig = Static<typeof DpopMode>
 export type AuditConfig = Static<typeof Audit>
 export type AuthorizationServerConfig = Static<typeof AuthorizationServer>

@@ -87,8 +87,10 @@ export class DpopGate {
    * reached. Never the `Host` header: a client picks it, and a proof made for another server would then pass
    * here (found in review). Clients that reach the gateway by a name need `server.public_url`.
    */
-  private requestUrl(req: IncomingMessage, path: string): string {
+  private requestUrl(req: IncomingMessage, path: string, decision: boolean): string {
     if (this.origin !== undefined) return `${this.origin}${path}`
+    // A decision (issue 23) reaches us from the proxy in front, whose address the client never addressed.
+    if (decision) throw new DpopRefused('dpop_no_public_url', 'the gateway cannot check the proof\'s htu: server.public_url is not set', 'invalid_dpop_proof')
     const address = req.socket.localAddress ?? ''
     const host = address.startsWith('::ffff:') ? address.slice(7) : address.includes(':') ? `[${address}]` : address
     return `${this.scheme}://${host}:${req.socket.localPort ?? ''}${path}`
@@ -116,8 +118,11 @@ export class DpopGate {
     }
   }
 
-  /** Verifies the proof of a `DPoP` request for `principal` (already validated from `token`); throws DpopRefused. */
-  async verify(req: IncomingMessage, path: string, token: string, principal: Principal, routeMode: DpopMode | null): Promise<void> {
+  /**
+   * Verifies the proof of a `DPoP` request for `principal` (already validated from `token`); throws DpopRefused.
+   * `decision`: the request was described by a proxy in front (issue 23): `htu` is checked against `server.public_url` only.
+   */
+  async verify(req: IncomingMessage, path: string, token: string, principal: Principal, routeMode: DpopMode | null, decision = false): Promise<void> {
     const issuer = principal.issuer
     try {
       if (this.modeFor(routeMode, issuer) === 'off') throw new DpopRefused('dpop_off', 'tokens of this issuer are accepted as Bearer only', 'invalid_token')
@@ -128,7 +133,7 @@ export class DpopGate {
       const nonces = settings.nonces
       const verified = await verifyProof(proof, {
         method: req.method ?? 'GET',
-        url: this.requestUrl(req, path),
+        url: this.requestUrl(req, path, decision),
         accessToken: token,
         nonceValid: nonces === null ? undefined : (nonce) => nonces.valid(nonce),
       }, settings, Math.floor(this.options.now() / 1000))

@@ -19,6 +19,8 @@ export type ErrorCode =
   | 'invalid_dpop_proof' | 'use_dpop_nonce'
   // issue 21: a rate limit policy refused the request (429)
   | 'rate_limited'
+  // issue 23: the decision endpoint was called by a source it does not trust
+  | 'untrusted_caller'
 
 export interface ErrorInternals {
   detail?: string
@@ -79,6 +81,8 @@ export class InvalidToken extends GatewayError {
 /** Why a DPoP request (or a bound token sent as Bearer) was refused: the metrics' `reason`, never the proof. */
 export type DpopRefusalReason = DpopFailure
   | 'dpop_bound_as_bearer' | 'dpop_required' | 'dpop_off' | 'dpop_unbound' | 'dpop_replay_unavailable'
+  // issue 23: a decision for a proxy in front, with no `server.public_url` to check `htu` against
+  | 'dpop_no_public_url'
 
 /**
  * RFC 9449 §7.1: a DPoP request refused, with a `WWW-Authenticate: DPoP` challenge (`error`, `algs`), and

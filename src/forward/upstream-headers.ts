@@ -181,17 +181,25 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
     out['x-forwarded-port'] = String(socket.localPort)
     out['x-real-ip'] = remote
   }
-  if (principal) {
-    if (principal.subject !== undefined) out[policy.subject] = identityValue(principal.subject)
-    if (principal.clientId !== undefined) out[policy.clientId] = identityValue(principal.clientId)
-    out[policy.scopes] = scopesValue(principal.scopes)
-    out[policy.issuer] = identityValue(principal.issuer)
-    // The issuer's mapping, then the route's: a header both name is the route's.
-    const byIssuer = policy.issuerClaimHeaders?.get(principal.issuer)
-    if (byIssuer) setClaimHeaders(out, principal.claims, byIssuer)
-    if (routeClaimHeaders) setClaimHeaders(out, principal.claims, routeClaimHeaders)
-  }
+  if (principal) setIdentityHeaders(out, principal, policy, routeClaimHeaders)
   return out
+}
+
+/**
+ * The identity headers (and claim headers) of `principal` into `out`: what the upstream receives, and what the
+ * decision endpoint answers for the proxy in front to copy upstream (issue 23). Throws InvalidToken (401) for a
+ * claim no header can carry.
+ */
+export function setIdentityHeaders(out: OutgoingHeaders, principal: Principal, policy: HeaderPolicy,
+  routeClaimHeaders: readonly ClaimHeader[] | null): void {
+  if (principal.subject !== undefined) out[policy.subject] = identityValue(principal.subject)
+  if (principal.clientId !== undefined) out[policy.clientId] = identityValue(principal.clientId)
+  out[policy.scopes] = scopesValue(principal.scopes)
+  out[policy.issuer] = identityValue(principal.issuer)
+  // The issuer's mapping, then the route's: a header both name is the route's.
+  const byIssuer = policy.issuerClaimHeaders?.get(principal.issuer)
+  if (byIssuer) setClaimHeaders(out, principal.claims, byIssuer)
+  if (routeClaimHeaders) setClaimHeaders(out, principal.claims, routeClaimHeaders)
 }
 
 const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade',

@@ -13,6 +13,7 @@ import type { DpopRefusalReason, InvalidTokenReason } from '../errors/oauth-erro
 /** What happened to a request on the proxy path (the `decision` label). */
 export type Decision =
   | 'forwarded'       // the upstream answered (whatever its status)
+  | 'allowed'         // the decision endpoint allowed it: 200 for the proxy in front to forward (issue 23)
   | 'denied'          // no token, a bad token, a missing scope: 400/401/403 with a Bearer challenge
   | 'rejected'        // refused before authentication: no route, wrong method, a path trick, too large
   | 'limited'         // a rate limit policy refused it: 429 (issue 21)

@@ -99,13 +99,13 @@ export class RateLimiter {
   }
 
   /** The value `policy` counts this request under; undefined when the key is absent. */
-  private keyValue(policy: CompiledPolicy, req: IncomingMessage, principal: Principal | undefined): string | undefined {
+  private keyValue(policy: CompiledPolicy, req: IncomingMessage, principal: Principal | undefined, forwarded: boolean): string | undefined {
     const key = policy.key
     let value: unknown
     switch (key.kind) {
       case 'client_id': value = principal?.clientId; break
       case 'sub': value = principal?.subject; break
-      case 'address': return clientAddress(req, this.options.trustForwarded)
+      case 'address': return clientAddress(req, forwarded)
       case 'claim': value = principal === undefined ? undefined : readClaim(principal.claims, key.path); break
       case 'header': value = req.headers[key.name]; break
     }
@@ -116,15 +116,16 @@ export class RateLimiter {
 
   /**
    * Takes one request from each of `policies` for this request; throws RateLimited (429) or, for a closed
-   * policy whose store failed, TemporarilyUnavailable (503). Returns the fields for the response.
+   * policy whose store failed, TemporarilyUnavailable (503). Returns the fields for the response. `forwarded`:
+   * the client's address is the last `X-Forwarded-For` entry (a trusted balancer, or the decision endpoint's proxy).
    */
   check(route: string, policies: readonly CompiledPolicy[], headers: boolean, req: IncomingMessage,
-    principal: Principal | undefined): RateLimitFields | Promise<RateLimitFields> {
-    if (this.redis !== null) return this.checkShared(route, policies, headers, req, principal)
+    principal: Principal | undefined, forwarded = this.options.trustForwarded): RateLimitFields | Promise<RateLimitFields> {
+    if (this.redis !== null) return this.checkShared(route, policies, headers, req, principal, forwarded)
     const now = this.now()
     const results: Array<[CompiledPolicy, Budget, GcraOutcome]> = []
     for (const policy of policies) {
-      const [value, budget] = this.resolve(route, policy, req, principal)
+      const [value, budget] = this.resolve(route, policy, req, principal, forwarded)
       const outcome = this.memory.get(policy.name)!.take(value, now, budget.parameters)
       this.settle(route, policy, outcome, results, budget, headers)
     }
@@ -132,10 +133,10 @@ export class RateLimiter {
   }
 
   private async checkShared(route: string, policies: readonly CompiledPolicy[], headers: boolean, req: IncomingMessage,
-    principal: Principal | undefined): Promise<RateLimitFields> {
+    principal: Principal | undefined, forwarded: boolean): Promise<RateLimitFields> {
     const results: Array<[CompiledPolicy, Budget, GcraOutcome]> = []
     for (const policy of policies) {
-      const [value, budget] = this.resolve(route, policy, req, principal)
+      const [value, budget] = this.resolve(route, policy, req, principal, forwarded)
       let outcome: GcraOutcome
       try {
         outcome = await this.redis!.take(policy.name, value, budget.parameters)
@@ -150,14 +151,14 @@ export class RateLimiter {
   }
 
   /** The key value and budget of `policy` for this request (an override's, if the value has one). */
-  private resolve(route: string, policy: CompiledPolicy, req: IncomingMessage, principal: Principal | undefined): [string, Budget] {
-    let value = this.keyValue(policy, req, principal)
+  private resolve(route: string, policy: CompiledPolicy, req: IncomingMessage, principal: Principal | undefined, forwarded: boolean): [string, Budget] {
+    let value = this.keyValue(policy, req, principal, forwarded)
     if (value === undefined) {
       if (policy.fallback === 'refuse') {
         this.options.metrics.observeRateLimited(route, policy.name)
         throw new RateLimited(policy.name, Math.ceil(policy.windowSeconds), null, `${policy.name}: no ${policy.key.kind} to count the request under`)
       }
-      value = `@${clientAddress(req, this.options.trustForwarded)}`
+      value = `@${clientAddress(req, forwarded)}`
     }
     return [value, policy.overrides?.get(value) ?? policy.budget]
   }

@@ -5,150 +5,33 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
-import { randomUUID } from 'node:crypto'
-import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
 import type { Principal } from '../authn/principal.js'
-import { authorize, requireAudience } from '../authz/scopes.js'
+import { requireAudience } from '../authz/scopes.js'
 import {
-  ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, HttpVersionNotSupported, MalformedRequest, MethodNotAllowed, MissingToken,
-  InsufficientScope, NoMatchingRoute, RateLimited, RequestTooLarge, ServerError, TemporarilyUnavailable,
+  BadGateway, GatewayError, HttpVersionNotSupported, MalformedRequest, RequestTooLarge, ServerError,
 } from '../errors/oauth-errors.js'
-import type { Decision } from '../metrics/metrics.js'
 import { renderError, renderErrorOnSocket, type ResourceChallenge } from '../errors/render.js'
-import { isDpopScheme } from '../dpop/gateway.js'
-import { endHttpSpan, SpanKind, SpanStatusCode, tracing, type Span } from '../tracing/tracing.js'
+import { endHttpSpan, SpanKind, tracing, type Span } from '../tracing/tracing.js'
 import { echoRequest } from '../forward/echo.js'
-import { ClientGone, forwardRequest, upstreamFailure, type ForwardHandler, type Upstream } from '../forward/proxy.js'
+import { ClientGone, forwardRequest, upstreamFailure, type Upstream } from '../forward/proxy.js'
 import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
 import type { CompiledRule } from '../rules/compile.js'
-import { allowedMethods, matchSplitRule } from '../rules/match.js'
 import { splitPath } from '../rules/segments.js'
 import { splitRequestTarget } from '../rules/normalize.js'
 import { hasBody, requestBody } from './request-body.js'
 import { authorizedMcpBody } from '../mcp/request.js'
 import { refuseForeignOrigin } from '../mcp/origin.js'
 import type { CompiledMcp } from '../mcp/compile.js'
-import { corsAnswer, type CorsAnswer } from '../cors/policy.js'
+import { corsAnswer } from '../cors/policy.js'
 import { answerPreflight, isPreflight } from '../cors/preflight.js'
 import { refusalCors } from '../cors/response.js'
 import { serveResourceMetadata } from './resource-metadata.js'
 import { requestHeadProblem } from './request-head.js'
 import { retireWhenIdle, type GatewayRuntime } from './runtime.js'
+import { authenticate, matchOrThrow, nameSpan } from './authenticate.js'
+import { noteFailure, recordRequest, type Outcome } from './request-record.js'
 
 export type { GatewayRuntime } from './runtime.js'
-
-/** What one request did, for its log line and its metrics (filled in as the request goes). */
-interface Outcome {
-  route: string
-  decision: Decision
-  /** The error code when refused ('' when forwarded); bounded, so it can be a label. */
-  error: string
-  /** The precise reason, for the log only. */
-  detail?: string | undefined
-  /** Our own failure (500s): logged with its stack. */
-  cause?: unknown
-  /** The upstream request in flight, told when the client goes away. */
-  forwarding?: ForwardHandler | undefined
-  /** The RFC 9728 metadata URL of the matched route's resource, for the challenges (issue 18). */
-  resourceMetadata?: ResourceChallenge | undefined
-  /** CORS headers for every answer (issue 18): null when there are none; unset until the route is known. */
-  cors?: CorsAnswer | null | undefined
-  /** The RateLimit fields for the forwarded response (issue 21): `[name, value, …]`; null or unset for none. */
-  rateLimitFields?: string[] | null | undefined
-  /** The request's server span (issue 22), when tracing is on. */
-  span?: Span | undefined
-}
-
-/** Levels at which the one-line-per-request log is written (`info` and chattier). */
-const LOGS_REQUESTS = new Set(['info', 'debug', 'trace'])
-
-/** Honoured when a load balancer or client sends one we can safely log and echo; generated otherwise. */
-const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
-
-function decisionOf(failure: GatewayError): Decision {
-  if (failure.challenge || failure instanceof MissingToken || failure instanceof ClaimsNotSatisfied) return 'denied'
-  if (failure instanceof RateLimited) return 'limited'
-  if (failure instanceof TemporarilyUnavailable) return 'unavailable'
-  if (failure instanceof BadGateway || failure instanceof GatewayTimeout) return 'upstream_error'
-  if (failure.status >= 500) return 'error'
-  return 'rejected'
-}
-
-/** The rule for this method and path (split once by the caller: claim conditions read its segments too). */
-function matchOrThrow(rules: readonly CompiledRule[], method: string, path: string, segments: readonly string[]): CompiledRule {
-  const rule = matchSplitRule(rules, method, path, segments)
-  if (rule) return rule
-  const allow = allowedMethods(rules, path)
-  throw allow.length > 0 ? new MethodNotAllowed(allow) : new NoMatchingRoute()
-}
-
-/**
- * RFC 6750 §2.1 header only; a token in the query or the form body as well is invalid_request (§3.1).
- * Synchronous on a verified-JWT cache hit (the hot path awaits nothing), a promise otherwise; throws or
- * rejects with the error to answer. `check` authorizes the token: the route's rules, or on an MCP POST only
- * its audience (the rest is checked once the message is read, src/mcp/).
- */
-function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, path: string, query: string,
-  segments: readonly string[], check: typeof authorize = authorize): Principal | undefined | Promise<Principal> {
-  if (rule.auth === 'none') return undefined
-  rejectQueryToken(query)
-  const header = req.headers.authorization
-  // RFC 9449 §7: `DPoP <token>` with a proof (issue 20); on a route with `dpop: off` it is any other scheme.
-  if (header !== undefined && rule.dpop !== 'off' && isDpopScheme(header)) {
-    return authenticateDpop(rt, req, rule, path, segments, check, rt.dpop.token(header, rt.maxTokenSize))
-  }
-  const token = extractBearerToken(req, rt.maxTokenSize)
-  if (token === undefined) {
-    if (rule.auth === 'optional') return undefined
-    throw rule.dpop === 'required' ? new MissingToken(rt.dpop.settings.algs) : new MissingToken()
-  }
-  const found = tracing() === null ? rt.authenticator.authenticate(token) : authenticateTraced(rt, token)
-  if (found instanceof Promise) {
-    return found.then((principal) => {
-      if (principal.jkt !== undefined || rule.dpop === 'required' || rt.dpop.issuerRequires) rt.dpop.refuseBearer(principal, rule.dpop)
-      check(principal, rule, req.headers, segments)
-      return principal
-    })
-  }
-  // A token bound to a key is no Bearer token (RFC 9449 §7.2); one test on the hot path when nothing requires DPoP.
-  if (found.jkt !== undefined || rule.dpop === 'required' || rt.dpop.issuerRequires) rt.dpop.refuseBearer(found, rule.dpop)
-  check(found, rule, req.headers, segments)
-  return found
-}
-
-/**
- * `rt.authenticator.authenticate` in an `authenticate` span (issue 22): a cache hit is answered at once
- * (`portcullis.cache.hit: true`); a miss's JWKS fetch or introspection call are its children.
- */
-function authenticateTraced(rt: GatewayRuntime, token: string): Principal | Promise<Principal> {
-  const tracer = tracing()!
-  const { span, context } = tracer.startChild('authenticate', SpanKind.INTERNAL)
-  const end = (error?: unknown) => {
-    if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof GatewayError ? error.code : 'error' })
-    span.end()
-  }
-  let found: Principal | Promise<Principal>
-  try {
-    found = tracer.within(context, () => rt.authenticator.authenticate(token))
-  } catch (error) {
-    span.setAttribute('portcullis.cache.hit', false)
-    end(error)
-    throw error
-  }
-  span.setAttribute('portcullis.cache.hit', !(found instanceof Promise))
-  if (!(found instanceof Promise)) {
-    end()
-    return found
-  }
-  return found.then((principal) => { end(); return principal }, (error: unknown) => { end(error); throw error })
-}
-
-/** The server span's name and route (semantic conventions: `{method} {http.route}`). */
-function nameSpan(span: Span, req: IncomingMessage, rule: CompiledRule): void {
-  span.updateName(`${req.method ?? 'HTTP'} ${rule.path}`)
-  span.setAttribute('http.route', rule.path)
-  span.setAttribute('portcullis.route', rule.id)
-}
 
 /** The client span of the upstream request; its context goes upstream in `traceparent`. */
 function startUpstreamSpan(req: IncomingMessage, upstream: Upstream, headers: Record<string, string | string[] | undefined>): Span {
@@ -159,14 +42,6 @@ function startUpstreamSpan(req: IncomingMessage, upstream: Upstream, headers: Re
   })
   tracer.inject(context, headers)
   return span
-}
-
-async function authenticateDpop(rt: GatewayRuntime, req: IncomingMessage, rule: CompiledRule, path: string,
-  segments: readonly string[], check: typeof authorize, token: string): Promise<Principal> {
-  const principal = await rt.authenticator.authenticate(token)
-  await rt.dpop.verify(req, path, token, principal, rule.dpop)
-  check(principal, rule, req.headers, segments)
-  return principal
 }
 
 /** Why a forwarded request ended without its response relayed, as the error the client (or the log) gets. */
@@ -207,7 +82,7 @@ export class GatewayPipeline {
     res.on('close', () => {
       outcome.forwarding?.clientClosed()
       if (--rt.inflight === 0) rt.onIdle?.()
-      this.record(rt, req, res, outcome, (performance.now() - started) / 1000)
+      recordRequest(rt, req, res, outcome, (performance.now() - started) / 1000)
     })
     // Tracing (issue 22): off, this test is all it costs.
     const tracer = tracing()
@@ -226,37 +101,6 @@ export class GatewayPipeline {
     } catch (error) {
       this.fail(rt, req, res, error, outcome)
     }
-  }
-
-  /** One log line and the metrics of a finished request. */
-  private record(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, seconds: number): void {
-    // Not finished: the client went away before the response was complete.
-    const status = res.writableFinished ? res.statusCode : 499
-    rt.metrics.observeRequest(outcome.route || '(none)', req.method ?? 'GET', status, outcome.decision, outcome.error, seconds)
-    const span = outcome.span
-    // Read before the span ends: an ended span no longer says it is recording.
-    const traced = span !== undefined && span.isRecording() ? span.spanContext() : undefined
-    if (span !== undefined) {
-      span.setAttribute('portcullis.decision', outcome.decision)
-      if (outcome.error !== '') span.setAttribute('error.type', outcome.error)
-      endHttpSpan(span, status)
-    }
-    if (!LOGS_REQUESTS.has(rt.log.level)) return
-    // The request id names the log line only: made when there is a line to write.
-    const presented = req.headers['x-request-id']
-    const id = typeof presented === 'string' && REQUEST_ID.test(presented) ? presented : randomUUID()
-    const url = req.url ?? ''
-    const q = url.indexOf('?')
-    // The path only: a query may carry a token (refused, but never logged).
-    const entry = {
-      reqId: id, route: outcome.route || undefined, method: req.method, path: (q === -1 ? url : url.slice(0, q)).slice(0, 512),
-      status, decision: outcome.decision, ...(outcome.error !== '' && { error: outcome.error, reason: outcome.detail }),
-      ms: Math.round(seconds * 100_000) / 100,
-      ...(traced !== undefined && { trace_id: traced.traceId, span_id: traced.spanId }),
-    }
-    if (outcome.error === '') rt.log.info(entry, 'request')
-    else if (status < 500) rt.log.info(entry, 'request denied')
-    else rt.log.error({ ...entry, err: outcome.cause }, 'request failed')
   }
 
   /**
@@ -374,12 +218,7 @@ export class GatewayPipeline {
   }
 
   private fail(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, error: unknown, outcome: Outcome): void {
-    const failure = error instanceof GatewayError ? error : new ServerError(error)
-    outcome.decision = decisionOf(failure)
-    outcome.error = failure.code
-    outcome.detail = failure.internal.detail ?? failure.description
-    outcome.cause = failure.internal.cause
-    if (failure instanceof ClaimsNotSatisfied || failure instanceof InsufficientScope) rt.metrics.observeDenial(outcome.route, failure.condition)
+    const failure = noteFailure(rt, outcome, error)
     // A body we did not read must not be read now (it may be 50 MB): close the connection instead; and a
     // client that spoke another HTTP version gets nothing more on this one.
     renderError(res, failure, rt.realm, (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported,

@@ -38,6 +38,7 @@ export interface RunOptions extends GatewayOptions {
   /** Ports to listen on instead of the config's (tests: 0). */
   port?: number
   adminPort?: number
+  decisionPort?: number
   /** Watch the config file and reload on change (default true). */
   watch?: boolean
 }
@@ -115,6 +116,20 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
   gateway.metrics.setConfig(sha256(text), Date.now())
   const listen = parseListen(config.server?.listen ?? '127.0.0.1:8080')
   await gateway.listen({ host: listen.host, port: options.port ?? listen.port })
+  const decisionServer = gateway.decisionServer
+  if (decisionServer && config.decision) {
+    listeners.push(trackConnections(decisionServer))
+    const at = parseListen(config.decision.listen)
+    try {
+      await new Promise<void>((resolve, reject) => {
+        decisionServer.once('error', reject)
+        decisionServer.listen(options.decisionPort ?? at.port, at.host, () => { decisionServer.off('error', reject); resolve() })
+      })
+    } catch (error) {
+      await gateway.close()
+      throw error
+    }
+  }
   let admin: FastifyInstance | undefined
   if (config.admin?.listen !== undefined) {
     try {
@@ -192,6 +207,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
       log.warn('shutdown timeout: closing the connections still open')
       gateway.server.closeAllConnections()
       admin?.server.closeAllConnections()
+      decisionServer?.closeAllConnections()
     }, timeoutMs)
     try {
       await Promise.all([gateway.close(), admin?.close()])

@@ -24,6 +24,7 @@ import { RateLimiter } from '../ratelimit/limiter.js'
 import { RedisBuckets } from '../ratelimit/redis.js'
 import type { SharedOnce } from '../dpop/replay.js'
 import type { DpopSettings } from '../dpop/settings.js'
+import { compileDecision, type CompiledDecision } from '../decision/settings.js'
 
 export interface GatewayRuntime {
   readonly rules: readonly CompiledRule[]
@@ -39,6 +40,8 @@ export interface GatewayRuntime {
   readonly realm: string
   /** DPoP proofs (issue 20): always there (the scheme is accepted by default); its replay cache outlives reloads. */
   readonly dpop: DpopGate
+  /** The decision endpoint's trust and cache settings (issue 23); null without `decision:`. */
+  readonly decision: CompiledDecision | null
   /** Rate limits (issue 21); null when no route has any. */
   readonly rateLimiter: RateLimiter | null
   readonly maxTokenSize: number
@@ -122,6 +125,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
     tokenlessHeaderPolicy: { ...headerPolicy, removed: new Set([...headerPolicy.removed, 'authorization']) },
     realm: config.server?.realm ?? 'portcullis',
     dpop,
+    decision: compileDecision(config),
     rateLimiter,
     maxTokenSize: parseSize(config.server?.max_token_size ?? '8kb'),
     bodyPolicy: {

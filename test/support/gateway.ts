@@ -18,6 +18,8 @@ export interface RunningGateway {
   logs: string[]
   /** Every audit line written so far (when the config names no audit destination). */
   audit: string[]
+  /** The decision endpoint's URL (issue 23), listening on 127.0.0.1:0, when the config has `decision:`. */
+  decisionUrl: string | undefined
   close(): Promise<void>
 }
 
@@ -52,7 +54,14 @@ export async function startGateway(config: Record<string, unknown>, options: Sta
   await app.listen({ host: '127.0.0.1', port: options.port ?? 0 })
   const { port } = app.server.address() as AddressInfo
   const scheme = (config.server as { tls?: unknown } | undefined)?.tls ? 'https' : 'http'
-  return { app, url: `${scheme}://127.0.0.1:${port}`, port, logs, audit, close: () => app.close() }
+  let decisionUrl: string | undefined
+  const decisionServer = app.decisionServer
+  if (decisionServer) {
+    await new Promise<void>((resolve) => decisionServer.listen(0, '127.0.0.1', resolve))
+    const decisionScheme = (config.decision as { tls?: unknown }).tls ? 'https' : 'http'
+    decisionUrl = `${decisionScheme}://127.0.0.1:${(decisionServer.address() as AddressInfo).port}`
+  }
+  return { app, url: `${scheme}://127.0.0.1:${port}`, port, logs, audit, decisionUrl, close: () => app.close() }
 }
 
 /** A config with one upstream, one issuer and the given routes (default: one protected catch-all). */

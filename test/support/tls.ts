@@ -53,7 +53,7 @@ export function createTestCa(commonName = 'Portcullis Test CA'): TestCa {
       writeFileSync(path.join(dir, `${name}.ext`), [
         'basicConstraints = critical, CA:false',
         'keyUsage = critical, digitalSignature',
-        'extendedKeyUsage = serverAuth',
+        'extendedKeyUsage = serverAuth, clientAuth',
         'subjectKeyIdentifier = hash',
         'authorityKeyIdentifier = keyid',
         `subjectAltName = ${altNames.join(', ')}`,

@@ -1,0 +1,124 @@
+/**
+ * The decision endpoint (issue 23): the proxy a team already runs (nginx `auth_request`, ingress-nginx
+ * `auth-url`, Traefik and Caddy forward auth, Envoy `ext_authz`) asks, per request, whether to forward it.
+ * The same stages as the proxy mode: path hygiene, the route match, the token, scopes, claim rules and rate
+ * limits. Allowed: 200 with the identity headers, for the proxy to copy upstream, and how long the proxy may
+ * cache that answer. Refused: the status, challenge and body the proxy mode would answer, never cacheable.
+ * No body is read.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Principal } from '../authn/principal.js'
+import { authorize } from '../authz/scopes.js'
+import { GatewayError, MalformedRequest } from '../errors/oauth-errors.js'
+import { renderError } from '../errors/render.js'
+import { setIdentityHeaders, type OutgoingHeaders } from '../forward/upstream-headers.js'
+import type { RateLimitFields } from '../ratelimit/limiter.js'
+import type { CompiledRule } from '../rules/compile.js'
+import { splitRequestTarget } from '../rules/normalize.js'
+import { splitPath } from '../rules/segments.js'
+import { authenticate, matchOrThrow } from '../server/authenticate.js'
+import { noteFailure, recordRequest, type Outcome } from '../server/request-record.js'
+import { requestHeadProblem } from '../server/request-head.js'
+import type { GatewayRuntime } from '../server/runtime.js'
+import { originalRequest } from './original.js'
+import type { CompiledDecision } from './settings.js'
+import { requireTrusted, UntrustedCaller } from './trust.js'
+
+/** A route whose rules read the request body (`mcp`): the decision endpoint never gets one, so it cannot allow its POSTs. */
+class NotDecidable extends GatewayError {
+  readonly code = 'server_error'
+  readonly status = 500
+  constructor(route: string) {
+    super('this request cannot be decided without its body', { detail: `route ${route} authorizes MCP messages: serve it through the proxy mode` })
+  }
+}
+
+/**
+ * How long the proxy may keep this allowed decision: `decision.cache_ttl`, never past the token's `exp`;
+ * `no-store` where the decision depends on more than the proxy's cache key (token, method, URI): a
+ * DPoP-bound token (a proof is good for one request), a route with rate limits (each request counts) or with
+ * conditions on request headers. `s-maxage`: RFC 9111 §3.5 lets a shared cache reuse an answer to a request
+ * with `Authorization` only with it (nginx reads it before `max-age`).
+ */
+export function cacheControl(decision: CompiledDecision, rule: CompiledRule, principal: Principal | undefined, nowSeconds: number): string {
+  if (decision.cacheSeconds === 0 || decision.uncacheable.has(rule.id) || principal?.jkt !== undefined) return 'no-store'
+  const exp = principal?.expiresAt
+  const seconds = exp === undefined ? decision.cacheSeconds : Math.min(decision.cacheSeconds, Math.floor(exp - nowSeconds))
+  return seconds >= 1 ? `s-maxage=${seconds}` : 'no-store'
+}
+
+export class DecisionEndpoint {
+  constructor(private readonly source: { readonly runtime: GatewayRuntime }, private readonly now: () => number) {}
+
+  readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    const rt = this.source.runtime
+    const started = performance.now()
+    const outcome: Outcome = { route: '', decision: 'allowed', error: '' }
+    rt.inflight++
+    res.on('close', () => {
+      if (--rt.inflight === 0) rt.onIdle?.()
+      recordRequest(rt, req, res, outcome, (performance.now() - started) / 1000)
+    })
+    try {
+      this.decide(rt, req, res, outcome)?.catch((error: unknown) => this.refuse(rt, res, error, outcome))
+    } catch (error) {
+      this.refuse(rt, res, error, outcome)
+    }
+  }
+
+  /**
+   * Trust, then the described request, then the proxy mode's stages. The request is rewritten in place to the
+   * one it describes (method and URL), so every stage, the DPoP proof check and the log line read that one.
+   */
+  private decide(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome): Promise<void> | undefined {
+    const problem = requestHeadProblem(req)
+    if (problem) throw problem
+    // A reload that removed `decision:` leaves the listener up until a restart: it decides nothing more.
+    if (rt.decision === null) throw new UntrustedCaller('decision_off')
+    const decision = rt.decision
+    requireTrusted(decision.trust, req)
+    const original = originalRequest(req)
+    req.method = original.method
+    req.url = original.url
+    // As the proxy mode's upgrades (RFC 6455 §4.1): a WebSocket handshake is a GET, and nothing else is upgraded.
+    const upgrade = req.headers.upgrade
+    if (upgrade !== undefined && (upgrade.toLowerCase() !== 'websocket' || original.method !== 'GET')) {
+      throw new MalformedRequest('only WebSocket upgrades, by GET, are forwarded')
+    }
+    const { path, query } = splitRequestTarget(original.url)
+    const segments = splitPath(path)
+    const rule = matchOrThrow(rt.rules, original.method, path, segments)
+    outcome.route = rule.id
+    if (rule.challenge !== null) outcome.resourceMetadata = rule.challenge
+    if (rule.mcp !== null && original.method === 'POST') throw new NotDecidable(rule.id)
+    const found = authenticate(rt, req, rule, path, query, segments, authorize, true)
+    if (found instanceof Promise) return found.then((principal) => this.limit(rt, req, res, rule, decision, principal))
+    return this.limit(rt, req, res, rule, decision, found)
+  }
+
+  private limit(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, rule: CompiledRule, decision: CompiledDecision,
+    principal: Principal | undefined): Promise<void> | undefined {
+    if (rule.rateLimits === null) return this.allow(rt, res, rule, decision, principal, null)
+    // The client's address is what the trusted proxy says (the last X-Forwarded-For entry).
+    const fields = rt.rateLimiter!.check(rule.id, rule.rateLimits, rule.rateLimitHeaders, req, principal, true)
+    if (fields instanceof Promise) return fields.then((shared) => this.allow(rt, res, rule, decision, principal, shared))
+    return this.allow(rt, res, rule, decision, principal, fields)
+  }
+
+  private allow(rt: GatewayRuntime, res: ServerResponse, rule: CompiledRule, decision: CompiledDecision, principal: Principal | undefined,
+    fields: RateLimitFields): undefined {
+    const headers: OutgoingHeaders = {}
+    if (principal !== undefined) setIdentityHeaders(headers, principal, rt.headerPolicy, rule.claimHeaders)
+    if (fields !== null) for (let i = 0; i < fields.length; i += 2) headers[fields[i]!] = fields[i + 1]!
+    headers['cache-control'] = cacheControl(decision, rule, principal, Math.floor(this.now() / 1000))
+    headers['content-length'] = '0'
+    res.writeHead(200, headers)
+    res.end()
+    return undefined
+  }
+
+  private refuse(rt: GatewayRuntime, res: ServerResponse, error: unknown, outcome: Outcome): void {
+    const failure = noteFailure(rt, outcome, error)
+    renderError(res, failure, rt.realm, false, outcome.resourceMetadata)
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * What one request did (its route, decision and error), and the log line and metrics written when it ends:
+ * the same for a forwarded request (pipeline.ts) and a decision (src/decision/, issue 23).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { randomUUID } from 'node:crypto'
+import {
+  ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, InsufficientScope, MissingToken, RateLimited, ServerError, TemporarilyUnavailable,
+} from '../errors/oauth-errors.js'
+import type { Decision } from '../metrics/metrics.js'
+import type { ResourceChallenge } from '../errors/render.js'
+import type { ForwardHandler } from '../forward/proxy.js'
+import type { CorsAnswer } from '../cors/policy.js'
+import { endHttpSpan, type Span } from '../tracing/tracing.js'
+import type { GatewayRuntime } from './runtime.js'
+
+/** What one request did, for its log line and its metrics (filled in as the request goes). */
+export interface Outcome {
+  route: string
+  decision: Decision
+  /** The error code when refused ('' when forwarded); bounded, so it can be a label. */
+  error: string
+  /** The precise reason, for the log only. */
+  detail?: string | undefined
+  /** Our own failure (500s): logged with its stack. */
+  cause?: unknown
+  /** The upstream request in flight, told when the client goes away. */
+  forwarding?: ForwardHandler | undefined
+  /** The RFC 9728 metadata URL of the matched route's resource, for the challenges (issue 18). */
+  resourceMetadata?: ResourceChallenge | undefined
+  /** CORS headers for every answer (issue 18): null when there are none; unset until the route is known. */
+  cors?: CorsAnswer | null | undefined
+  /** The RateLimit fields for the forwarded response (issue 21): `[name, value, …]`; null or unset for none. */
+  rateLimitFields?: string[] | null | undefined
+  /** The request's server span (issue 22), when tracing is on. */
+  span?: Span | undefined
+}
+
+/** Levels at which the one-line-per-request log is written (`info` and chattier). */
+const LOGS_REQUESTS = new Set(['info', 'debug', 'trace'])
+
+/** Honoured when a load balancer or client sends one we can safely log and echo; generated otherwise. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+export function decisionOf(failure: GatewayError): Decision {
+  if (failure.challenge || failure instanceof MissingToken || failure instanceof ClaimsNotSatisfied) return 'denied'
+  if (failure instanceof RateLimited) return 'limited'
+  if (failure instanceof TemporarilyUnavailable) return 'unavailable'
+  if (failure instanceof BadGateway || failure instanceof GatewayTimeout) return 'upstream_error'
+  if (failure.status >= 500) return 'error'
+  return 'rejected'
+}
+
+/** One log line and the metrics of a finished request. */
+export function recordRequest(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, seconds: number): void {
+  // Not finished: the client went away before the response was complete.
+  const status = res.writableFinished ? res.statusCode : 499
+  rt.metrics.observeRequest(outcome.route || '(none)', req.method ?? 'GET', status, outcome.decision, outcome.error, seconds)
+  const span = outcome.span
+  // Read before the span ends: an ended span no longer says it is recording.
+  const traced = span !== undefined && span.isRecording() ? span.spanContext() : undefined
+  if (span !== undefined) {
+    span.setAttribute('portcullis.decision', outcome.decision)
+    if (outcome.error !== '') span.setAttribute('error.type', outcome.error)
+    endHttpSpan(span, status)
+  }
+  if (!LOGS_REQUESTS.has(rt.log.level)) return
+  // The request id names the log line only: made when there is a line to write.
+  const presented = req.headers['x-request-id']
+  const id = typeof presented === 'string' && REQUEST_ID.test(presented) ? presented : randomUUID()
+  const url = req.url ?? ''
+  const q = url.indexOf('?')
+  // The path only: a query may carry a token (refused, but never logged).
+  const entry = {
+    reqId: id, route: outcome.route || undefined, method: req.method, path: (q === -1 ? url : url.slice(0, q)).slice(0, 512),
+    status, decision: outcome.decision, ...(outcome.error !== '' && { error: outcome.error, reason: outcome.detail }),
+    ms: Math.round(seconds * 100_000) / 100,
+    ...(traced !== undefined && { trace_id: traced.traceId, span_id: traced.spanId }),
+  }
+  if (outcome.error === '') rt.log.info(entry, 'request')
+  else if (status < 500) rt.log.info(entry, 'request denied')
+  else rt.log.error({ ...entry, err: outcome.cause }, 'request failed')
+}
+
+/** The error to answer for `error` (a 500 for anything not ours), noted in `outcome` and in the denial metrics. */
+export function noteFailure(rt: GatewayRuntime, outcome: Outcome, error: unknown): GatewayError {
+  const failure = error instanceof GatewayError ? error : new ServerError(error)
+  outcome.decision = decisionOf(failure)
+  outcome.error = failure.code
+  outcome.detail = failure.internal.detail ?? failure.description
+  outcome.cause = failure.internal.cause
+  if (failure instanceof ClaimsNotSatisfied || failure instanceof InsufficientScope) rt.metrics.observeDenial(outcome.route, failure.condition)
+  return failure
+}
