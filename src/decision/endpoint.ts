@@ -2,7 +2,7 @@
  * The decision endpoint (issue 23): the proxy a team already runs (nginx `auth_request`, ingress-nginx
  * `auth-url`, Traefik and Caddy forward auth, Envoy `ext_authz`) asks, per request, whether to forward it.
  * The same stages as the proxy mode: path hygiene, the route match, the token, scopes, claim rules and rate
- * limits. Allowed: 200 with the identity headers, for the proxy to copy upstream, and how long the proxy may
+ * limits. Allowed: 200 with the identity headers (empty where the token has no value), for the proxy to copy upstream, and how long the proxy may
  * cache that answer. Refused: the status, challenge and body the proxy mode would answer, never cacheable.
  * No body is read.
  */
@@ -35,16 +35,28 @@ class NotDecidable extends GatewayError {
 
 /**
  * How long the proxy may keep this allowed decision: `decision.cache_ttl`, never past the token's `exp`;
- * `no-store` where the decision depends on more than the proxy's cache key (token, method, URI): a
- * DPoP-bound token (a proof is good for one request), a route with rate limits (each request counts) or with
- * conditions on request headers. `s-maxage`: RFC 9111 §3.5 lets a shared cache reuse an answer to a request
- * with `Authorization` only with it (nginx reads it before `max-age`).
+ * nothing where the decision depends on more than the proxy's cache key (token, method, URI): a DPoP-bound
+ * token (a proof is good for one request), a route with rate limits (each request counts) or with conditions
+ * on request headers. Two fields say it: `Cache-Control: s-maxage` (RFC 9111 §3.5: a shared cache may reuse an
+ * answer to a request with `Authorization` only with it), and nginx's `X-Accel-Expires: @<epoch second>`,
+ * because nginx keeps a cached answer through the whole second it expires in (s-maxage=1 was measured keeping
+ * a revoked token's decision 1.95 s): the last second named is the one that ends within the bound.
  */
-export function cacheControl(decision: CompiledDecision, rule: CompiledRule, principal: Principal | undefined, nowSeconds: number): string {
-  if (decision.cacheSeconds === 0 || decision.uncacheable.has(rule.id) || principal?.jkt !== undefined) return 'no-store'
+export function cacheFields(decision: CompiledDecision, rule: CompiledRule, principal: Principal | undefined, nowMs: number,
+  out: OutgoingHeaders): void {
+  if (decision.cacheSeconds === 0 || decision.uncacheable.has(rule.id) || principal?.jkt !== undefined) {
+    out['cache-control'] = 'no-store'
+    return
+  }
+  const now = nowMs / 1000
   const exp = principal?.expiresAt
-  const seconds = exp === undefined ? decision.cacheSeconds : Math.min(decision.cacheSeconds, Math.floor(exp - nowSeconds))
-  return seconds >= 1 ? `s-maxage=${seconds}` : 'no-store'
+  const seconds = exp === undefined ? decision.cacheSeconds : Math.min(decision.cacheSeconds, Math.floor(exp - now))
+  if (seconds < 1) {
+    out['cache-control'] = 'no-store'
+    return
+  }
+  out['cache-control'] = `s-maxage=${seconds}`
+  out['x-accel-expires'] = `@${Math.floor(now) + seconds - 1}`
 }
 
 export class DecisionEndpoint {
@@ -108,9 +120,16 @@ export class DecisionEndpoint {
   private allow(rt: GatewayRuntime, res: ServerResponse, rule: CompiledRule, decision: CompiledDecision, principal: Principal | undefined,
     fields: RateLimitFields): undefined {
     const headers: OutgoingHeaders = {}
-    if (principal !== undefined) setIdentityHeaders(headers, principal, rt.headerPolicy, rule.claimHeaders)
+    const policy = rt.headerPolicy
+    if (principal !== undefined) setIdentityHeaders(headers, principal, policy, rule.claimHeaders)
+    // Every header the proxy may copy is named, empty when the token has no such value: a proxy that copies a
+    // header the answer lacks may keep the client's copy, or write its own placeholder text (Caddy 2.6 does).
+    for (const name of [policy.subject, policy.clientId, policy.scopes, policy.issuer]) headers[name] ??= ''
+    if (rule.claimHeaders !== null) for (const header of rule.claimHeaders) headers[header.name] ??= ''
+    const byIssuer = principal === undefined ? undefined : policy.issuerClaimHeaders?.get(principal.issuer)
+    if (byIssuer !== undefined) for (const header of byIssuer) headers[header.name] ??= ''
     if (fields !== null) for (let i = 0; i < fields.length; i += 2) headers[fields[i]!] = fields[i + 1]!
-    headers['cache-control'] = cacheControl(decision, rule, principal, Math.floor(this.now() / 1000))
+    cacheFields(decision, rule, principal, this.now(), headers)
     headers['content-length'] = '0'
     res.writeHead(200, headers)
     res.end()

@@ -65,6 +65,7 @@ function remoteGateway(url: string, port: number, running: RunningProcess, audit
     get app(): never { throw new Error(`the gateway at ${url} runs in another process: there is no app here`) },
     url,
     port,
+    decisionUrl: undefined,
     get logs() { return lines(running.output().stdout) },
     get audit() { return existsSync(auditFile) ? lines(readFileSync(auditFile, 'utf8')) : [] },
     close: async () => {
