@@ -174,8 +174,9 @@ describe.skipIf(NGINX === undefined)(`nginx auth_request (${versionOf(NGINX, ['-
 
   it('carries a WebSocket through nginx after the decision; refused without a token', async () => {
     const url = `${nginx.url.replace(/^http/, 'ws')}/ws`
-    const hello = await new Promise<Record<string, unknown>>(async (resolve, reject) => {
-      const ws = new WebSocket(url, { headers: { authorization: `Bearer ${await token()}` } })
+    const authorization = `Bearer ${await token()}`
+    const hello = await new Promise<Record<string, unknown>>((resolve, reject) => {
+      const ws = new WebSocket(url, { headers: { authorization } })
       ws.once('message', (data) => { ws.terminate(); resolve(JSON.parse(String(data)) as Record<string, unknown>) })
       ws.once('unexpected-response', (_req, res) => reject(new Error(`unexpected ${res.statusCode}`)))
       ws.once('error', reject)
