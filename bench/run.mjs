@@ -30,6 +30,10 @@
 //   g-sqlite  embedded authorization server, client_credentials grants/s on SQLite (and g-redis on Redis)
 //   h-sqlite  refresh_token grants/s on SQLite (and h-redis on Redis): each request presents the refresh
 //             token a previous response rotated in
+//   nginx     nginx alone (Debian's nginx-light), proxy_pass to the same upstream: the C proxy's floor
+//   n-decide  nginx auth_request → Portcullis's decision endpoint (issue 23), examples/decision/nginx.conf as
+//   n-cache   documented, without and with nginx's decision cache; both processes on CPU 0, CPU µs/req summed
+//             (each one's share in the JSON and the notes)
 //   b@2000    (b) and (d) at a fixed 2 000 requests/s: latency at a moderate load
 //   d@2000
 //   i         memory of the token caches with `entries` tokens each, and their bound (bench/memory.mjs)
@@ -58,6 +62,7 @@ import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import { BODY, OPAQUE_ISSUER } from './servers.mjs'
 import { AUDIENCE, ISSUER, dpopKey, generateKeys, mintDpopProofs, mintTokens, mintTokensParallel } from './tokens.mjs'
+import { NGINX, nginxConfig } from './nginx.mjs'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 const root = path.resolve(here, '..')
@@ -172,13 +177,13 @@ const live = new Set()
 process.on('exit', () => { for (const child of live) child.kill('SIGKILL') })
 for (const signal of ['SIGINT', 'SIGTERM']) process.once(signal, () => process.exit(130))
 
-/** Starts `node args…`, pinned to `cpu` when taskset exists (taskset execs node: same pid). */
-function launch(name, cpu, args, { stdout = 'pipe', nodeArgs = [] } = {}) {
+/** Starts `node args…` (or `command args…`), pinned to `cpu` when taskset exists (taskset execs it: same pid). */
+function launch(name, cpu, args, { stdout = 'pipe', nodeArgs = [], command } = {}) {
   // --profile DIR: each process under test (CPU 0) writes a V8 CPU profile there when it exits.
   const profiling = opts.profile && cpu === 0
     ? ['--cpu-prof', '--cpu-prof-dir', path.resolve(opts.profile), '--cpu-prof-name', `${name}-${Date.now()}.cpuprofile`]
     : []
-  const argv = [process.execPath, ...profiling, ...nodeArgs, ...args]
+  const argv = command !== undefined ? [command, ...args] : [process.execPath, ...profiling, ...nodeArgs, ...args]
   const child = hasTaskset && cpu !== undefined
     ? spawn('taskset', ['-c', String(cpu), ...argv], { stdio: ['ignore', stdout, 'pipe'], cwd: root })
     : spawn(argv[0], argv.slice(1), { stdio: ['ignore', stdout, 'pipe'], cwd: root })
@@ -361,6 +366,39 @@ const portcullisProxy = (id, yaml, cli) => Object.assign(async (rep) => {
   const { proc, port, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), yaml, cli)
   return { proc, base, url: `http://127.0.0.1:${port}${PATH}` }
 }, { yaml })
+/** nginx on a free port with the config `nginxConfig` writes (bench/nginx.mjs), once it answers HTTP. */
+async function startNginx(name, dir, options) {
+  const port = await freePort()
+  mkdirSync(dir, { recursive: true })
+  const proc = launch(name, 0, ['-p', dir, '-c', nginxConfig(dir, { port, upstream: ctx.upstream, ...options })], { command: NGINX, stdout: 'ignore' })
+  const giveUp = Date.now() + 20_000
+  while (!proc.done && Date.now() < giveUp) {
+    if (await request(`http://127.0.0.1:${port}/__bench_ready`).then(() => true, () => false)) return { proc, port }
+    await sleep(10)
+  }
+  await proc.stop()
+  throw new Error(`${name} did not start: ${proc.stderr()}`)
+}
+/** nginx alone, or in front of a Portcullis decision endpoint (issue 23), both on CPU 0: `procs` is the pair measured. */
+const DECISION_SECRET = 'bench-decision-secret-0123456789abcdef'
+const nginxProxy = (id, mode) => async (rep) => {
+  const dir = path.join(ctx.dir, `${id}-r${rep}`)
+  if (mode === 'alone') {
+    const { proc, port } = await startNginx(id, dir, {})
+    return { proc, base: `http://127.0.0.1:${port}`, url: `http://127.0.0.1:${port}${PATH}` }
+  }
+  const decisionPort = await freePort()
+  const portcullis = await startPortcullis(`${id}-portcullis`, dir, (port) => `${jwtYaml(port)}
+decision: { listen: "127.0.0.1:${decisionPort}", trust: { addresses: ["127.0.0.1/32"], secret: "${DECISION_SECRET}" } }
+`)
+  try {
+    const { proc, port } = await startNginx(id, dir, { decision: `127.0.0.1:${decisionPort}`, cache: mode === 'cache', secret: DECISION_SECRET })
+    return { proc, procs: [proc, portcullis.proc], base: `http://127.0.0.1:${port}`, url: `http://127.0.0.1:${port}${PATH}` }
+  } catch (error) {
+    await portcullis.proc.stop()
+    throw error
+  }
+}
 const helperProxy = (id, args) => async () => {
   const proc = launch(id, 0, args)
   const port = await portOf(proc)
@@ -533,6 +571,14 @@ const SCENARIOS = [
     },
     load: refreshLoad,
   })),
+  // Issue 23: the proxy a team already runs, and Portcullis deciding for it. CPU µs/req is nginx's plus Portcullis's.
+  { id: 'nginx', label: '(nginx) nginx alone, proxy_pass, no auth', kind: 'proxy', needs: 'nginx', start: nginxProxy('nginx', 'alone'),
+    gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  ...[['n-decide', 'off', 'nginx auth_request → Portcullis decision endpoint, every request decided'],
+    ['n-cache', 'cache', 'the same with nginx caching allowed decisions (1 s)']].map(([id, mode, text]) => ({
+    id, label: `(${id}) ${text} (issue 23)`, kind: 'proxy', needs: 'nginx', newFeature: true, start: nginxProxy(id, mode),
+    gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }),
+  })),
   { id: 'b@2000', label: `(b) bare proxy at a fixed ${FIXED_RATE.toLocaleString('en-US')} req/s`, kind: 'proxy', rate: FIXED_RATE,
     start: (rep) => helperProxy('b@2000', ['bench/bare-proxy.mjs', ctx.upstream])(rep),
     gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
@@ -604,7 +650,10 @@ async function runOnce(scenario, rep) {
     phase('warmup')
     globalThis.gc?.()  // the load generator's own garbage, collected now rather than during the measurement
     const latencies = []
-    const cpuBefore = cpuMicros(target.proc.pid)
+    const procs = target.procs ?? [target.proc]
+    const cpuEach = () => procs.map((proc) => cpuMicros(proc.pid))
+    const cpuBeforeEach = cpuEach()
+    const cpuBefore = cpuBeforeEach.reduce((a, b) => a + b, 0)
     const ticksBefore = cpuTicks()
     const wallBefore = performance.now()
     // A fixed rate needs whole seconds (autocannon's rate is per second).
@@ -612,7 +661,8 @@ async function runOnce(scenario, rep) {
     const result = scenario.rate
       ? await paced(base, connections, scenario.rate, duration, latencies)
       : await cannon({ ...base, duration }, latencies)
-    const cpu = cpuMicros(target.proc.pid) - cpuBefore
+    const cpuAfterEach = cpuEach()
+    const cpu = cpuAfterEach.reduce((a, b) => a + b, 0) - cpuBefore
     const ticksAfter = cpuTicks()
     const wallMicros = (performance.now() - wallBefore) * 1000
     const [busy0, busy1] = ticksPercent(ticksBefore, ticksAfter, 0)
@@ -626,13 +676,15 @@ async function runOnce(scenario, rep) {
     return {
       rep, rps: total / (scenario.rate ? duration : result.duration), requests: total, duration: scenario.rate ? duration : result.duration,
       p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), max: latencies.at(-1),
-      cpuMicrosPerRequest: cpu / Math.max(1, total), non2xx: result.non2xx, errors: result.errors, timeouts: result.timeouts,
+      cpuMicrosPerRequest: cpu / Math.max(1, total),
+      ...(procs.length > 1 && { cpuMicrosPerRequestEach: Object.fromEntries(procs.map((proc, i) => [proc.name, (cpuAfterEach[i] - cpuBeforeEach[i]) / Math.max(1, total)])) }),
+      non2xx: result.non2xx, errors: result.errors, timeouts: result.timeouts,
       cpu0BusyPercent: busy0, cpu1BusyPercent: busy1, cpu0OthersPercent: foreign0, stealPercent: Math.max(steal0, steal1),
       ...(state?.reused !== undefined && { tokensUsed: state.next, tokensReused: state.reused }),
       phasesMs: phases,
     }
   } finally {
-    await target.proc.stop()
+    for (const proc of target.procs ?? [target.proc]) await proc.stop()
     if (target.redis) await deleteRedisPrefix(target.redis)
     phase('stop')
   }
@@ -668,6 +720,10 @@ async function redisReachable() {
 const notes = []
 const loadAverage = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')
 const loadAverageBefore = loadAverage()
+if (selected.some((s) => s.needs === 'nginx') && NGINX === undefined) {
+  notes.push('nginx is not installed (apt-get install nginx-light): the nginx rows were skipped.')
+  selected = selected.filter((s) => s.needs !== 'nginx')
+}
 if (selected.some((s) => s.store === 'redis') && !(await redisReachable())) {
   notes.push(`Redis at ${REDIS_URL} unreachable: the Redis rows were skipped.`)
   selected = selected.filter((s) => s.store !== 'redis')
@@ -815,6 +871,13 @@ if (limitRedisCost !== undefined) out(`A rate limit per client on Redis (d-limit
 if (traceCost !== undefined) out(`Tracing on at 5 % sampling (d-trace) over (d), CPU per request, paired median: ${traceCost >= 0 ? '+' : ''}${traceCost.toFixed(1)} µs.`)
 if (dpopCost !== undefined) out(`A DPoP request with its proof verified (d-dpop) over (d), CPU per request, paired median: ${dpopCost >= 0 ? '+' : ''}${dpopCost.toFixed(1)} µs.`)
 if (corsCost !== undefined) out(`CORS headers for an allowed Origin (d-cors) over (d), CPU per request, paired median: ${corsCost >= 0 ? '+' : ''}${corsCost.toFixed(1)} µs.`)
+// Issue 23: each process's share of the pair's CPU per request (nginx, Portcullis), medians over the reps.
+for (const id of ['n-decide', 'n-cache']) {
+  const runs = raw[id]
+  if (!runs?.length || runs[0].cpuMicrosPerRequestEach === undefined) continue
+  const names = Object.keys(runs[0].cpuMicrosPerRequestEach)
+  out(`(${id}) CPU µs/req by process: ${names.map((name) => `${name.replace(/^n-(decide|cache)(-portcullis)?$/, (_m, _x, p) => (p ? 'Portcullis' : 'nginx'))} ${median(runs.map((r) => r.cpuMicrosPerRequestEach[name])).toFixed(1)}`).join(', ')}.`)
+}
 const saturated = selected.filter((s) => summary[s.id].cpu1Busy >= 95).map((s) => s.id)
 if (saturated.length > 0) out(`CPU 1 (load generator) was saturated in ${saturated.join(', ')}: those rows are a lower bound.`)
 for (const s of selected) {
@@ -862,10 +925,20 @@ const rateTarget = (id, min, name) => {
   const r = summary[id]?.rps
   target(name, r === undefined ? undefined : `${int(r)}/s`, r === undefined ? undefined : r >= min)
 }
+// Issue 23: the decision path costs Portcullis less CPU per request than its proxy mode (d); with nginx's decision
+// cache, the pair answers at least 0.9× what nginx alone does.
+const portcullisShare = (id) => median((raw[id] ?? []).map((r) => r.cpuMicrosPerRequestEach?.[`${id}-portcullis`]).filter((x) => x !== undefined))
+const decideShare = portcullisShare('n-decide')
+target('(n-decide) Portcullis CPU µs/req < (d)', decideShare === undefined || summary.d === undefined ? undefined
+  : `${decideShare.toFixed(1)} vs ${summary.d.cpuMicrosPerRequest.toFixed(1)} µs`,
+decideShare === undefined || summary.d === undefined ? undefined : decideShare < summary.d.cpuMicrosPerRequest)
+const cacheOverNginx = paired('n-cache', 'nginx')
+target('(n-cache) ≥ 0.9× nginx alone, req/s', cacheOverNginx === undefined ? undefined : times(cacheOverNginx),
+  cacheOverNginx === undefined ? undefined : cacheOverNginx >= 0.9)
 rateTarget('g-sqlite', 3000, '(g) client_credentials ≥ 3 000 grants/s (SQLite)')
 rateTarget('h-sqlite', 1500, '(h) refresh_token ≥ 1 500 refreshes/s (SQLite)')
 out()
-out(`| target (issue 8) | measured | result |`)
+out(`| target (issues 8, 23) | measured | result |`)
 out('|---|---|---|')
 for (const t of targets) out(`| ${t.name} | ${t.measured ?? '—'} | ${t.result} |`)
 if (!fullEntries && memory) notes.unshift('(i) is judged at 100 000 entries only.')
