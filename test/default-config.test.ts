@@ -49,6 +49,18 @@ describe('the default config and the README sessions', () => {
     ])
   })
 
+  it('the decision endpoint (README, decision mode): 200 with the identity, 401 with the proxy mode\'s challenge', async () => {
+    const tokens = await postForm(gateway, '/token', { grant_type: 'client_credentials', scope: 'echo:read' },
+      { authorization: basic('demo-service', 'demo-secret-change-me') })
+    const describe = { 'x-original-method': 'GET', 'x-original-uri': '/api/orders/42' }
+    const allowed = await fetch(`${gateway.decisionUrl!}/decide`, { headers: { ...describe, authorization: `Bearer ${tokens.body.access_token as string}` } })
+    expect([allowed.status, allowed.headers.get('x-auth-subject')]).toEqual([200, 'demo-service'])
+    const refused = await fetch(`${gateway.decisionUrl!}/decide`, { headers: describe })
+    expect(refused.status).toBe(401)
+    expect(refused.headers.get('www-authenticate'))
+      .toBe(`Bearer realm="portcullis", scope="echo:read", resource_metadata="${gateway.url}/.well-known/oauth-protected-resource"`)
+  })
+
   it('demo-service: client_credentials, then the echo API sees it as the subject', async () => {
     const tokens = await postForm(gateway, '/token', { grant_type: 'client_credentials', scope: 'echo:read' },
       { authorization: basic('demo-service', 'demo-secret-change-me') })
