@@ -28,7 +28,7 @@ export function nginxConfig(dir, { port, upstream, decision, cache, secret }) {
   let http
   if (decision === undefined) {
     http = `
-upstream app { server ${upstreamHost}; keepalive 32; }
+upstream app { server ${upstreamHost}; keepalive 256; keepalive_requests 100000; }
 server {
   listen 127.0.0.1:${port};
   location / { proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://app; }

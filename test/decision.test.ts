@@ -13,6 +13,7 @@ import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { createTestCa, type TestCa } from './support/tls.js'
 import { stringify } from 'yaml'
+import { loadConfig } from '../src/config/load.js'
 
 const SECRET = 'a-decision-secret-of-at-least-32-characters'
 
@@ -324,6 +325,35 @@ describe('trust', () => {
     expect(problems({ cache_ttl: '10m' })).toEqual([expect.stringContaining('decision.cache_ttl: must be whole seconds, at most 5m')])
     expect(problems({ cache_ttl: '1500ms' })).toEqual([expect.stringContaining('decision.cache_ttl')])
     expect(problems({ listen: '127.0.0.1:8080' })).toEqual([expect.stringContaining('decision.listen: is server.listen too')])
+  })
+})
+
+describe('reload', () => {
+  it('applies a new trust and cache_ttl to the running listener', async () => {
+    const running = await startGateway(config({}))
+    try {
+      const ask = () => fetch(`${running.decisionUrl!}/decide`, { headers: { 'x-original-method': 'GET', 'x-original-uri': '/public/x' } })
+      expect((await ask()).headers.get('cache-control')).toBe('s-maxage=1')
+      const next = loadConfig('portcullis.yaml', stringify(config({ trust: { addresses: ['10.0.0.0/8'] } })), {})
+      expect(running.app.gateway.applyConfig(next)).toEqual([])
+      const refused = await ask()
+      expect(refused.status).toBe(403)
+      const again = loadConfig('portcullis.yaml', stringify(config({ cache_ttl: '0s' })), {})
+      expect(running.app.gateway.applyConfig(again)).toEqual([])
+      expect((await ask()).headers.get('cache-control')).toBe('no-store')
+      const moved = loadConfig('portcullis.yaml', stringify(config({ listen: '127.0.0.1:1' })), {})
+      expect(running.app.gateway.applyConfig(moved)).toEqual(['decision.listen, decision.tls'])
+    } finally {
+      await running.close()
+    }
+  })
+
+  it('does not read a body sent to it, and closes that connection after the answer', async () => {
+    const port = Number(new URL(decide).port)
+    const response = await rawRequest(port, ['POST /decide HTTP/1.1', 'Host: x', 'X-Original-Method: GET', 'X-Original-URI: /public/x',
+      'Content-Length: 100000', '', 'partial'].join('\r\n'))
+    expect(response.status).toBe(200)
+    expect(response.headers.toLowerCase()).toContain('connection: close')
   })
 })
 

@@ -19,6 +19,7 @@ import { splitPath } from '../rules/segments.js'
 import { authenticate, matchOrThrow } from '../server/authenticate.js'
 import { noteFailure, recordRequest, type Outcome } from '../server/request-record.js'
 import { requestHeadProblem } from '../server/request-head.js'
+import { hasBody } from '../server/request-body.js'
 import type { GatewayRuntime } from '../server/runtime.js'
 import { originalRequest } from './original.js'
 import type { CompiledDecision } from './settings.js'
@@ -67,6 +68,8 @@ export class DecisionEndpoint {
     const started = performance.now()
     const outcome: Outcome = { route: '', decision: 'allowed', error: '' }
     rt.inflight++
+    // A decision reads no body: one that comes anyway is not read either, and the connection ends with the answer.
+    if (hasBody(req)) res.shouldKeepAlive = false
     res.on('close', () => {
       if (--rt.inflight === 0) rt.onIdle?.()
       recordRequest(rt, req, res, outcome, (performance.now() - started) / 1000)

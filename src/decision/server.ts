@@ -24,6 +24,9 @@ export function createDecisionServer(config: DecisionConfig, endpoint: DecisionE
       ...(tls.client_ca_file !== undefined && { ca: readFileSync(tls.client_ca_file), requestCert: true, rejectUnauthorized: true }),
     }, endpoint.handleRequest)
     : http.createServer({ maxHeaderSize }, endpoint.handleRequest)
+  // Proxies keep pools of connections to their auth service (nginx `keepalive`: 60 s idle by default): outlast
+  // them, so that a proxy does not reuse a connection this side is closing.
+  server.keepAliveTimeout = 75_000
   // No 'upgrade' listener: node then serves a request with `Upgrade` (Caddy passes the client's on) as any other.
   server.on('checkContinue', endpoint.handleRequest)
   server.on('connect', (_req, socket: Socket) => socket.destroy())
