@@ -32,7 +32,7 @@ const [ORIGINAL_URL, ORIGINAL_URI, ORIGINAL_METHOD, FORWARDED_URI, FORWARDED_MET
 /** An HTTP method token as proxies pass them: upper-case letters and `-` (`M-SEARCH`); methods are case-sensitive. */
 const METHOD = /^[A-Z][A-Z-]{0,31}$/
 /** `X-Original-URL`: an absolute http(s) URL; what follows the authority is the target, taken as written. */
-const ABSOLUTE_URL = /^https?:\/\/[^/?#\s]+([/?][^#\s]*)?$/i
+const ABSOLUTE_URL = /^https?:\/\/[\x21-\x22\x24-\x2e\x30-\x3e\x40-\x7e]+([/?][\x21\x22\x24-\x7e]*)?$/i
 
 /** How many times each describing header appears (node joins repeats of unknown headers with `, `: count them raw). */
 function count(req: IncomingMessage): number[] {
@@ -52,8 +52,11 @@ function method(value: string | string[] | undefined, name: string): string {
   return value
 }
 
+/** A request target's characters (RFC 9112 §3.2): visible ASCII, no space; `#` never (no fragment is sent). */
+const TARGET = /^\/[\x21\x22\x24-\x7e]*$/
+
 function originForm(value: string | string[] | undefined, name: string): string {
-  if (typeof value !== 'string' || value.charCodeAt(0) !== 47 /* / */ || value.includes('#')) {
+  if (typeof value !== 'string' || !TARGET.test(value)) {
     throw new MalformedRequest(`${name} must be an origin-form request target (/path?query)`)
   }
   return value
