@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import WebSocket from 'ws'
 import { basic, postForm } from './support/authserver.js'
-import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
+import { rawRequest, startAuthServerGateway, type RunningGateway } from './support/gateway.js'
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { CADDY, NGINX, startCaddy, startNginx, versionOf, type RunningProxy } from './support/proxies.js'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
@@ -21,6 +21,9 @@ const ROUTES = [
   { id: 'orders-read', path: '/orders/**', methods: ['GET', 'HEAD'], upstream: 'main', scopes: { all: ['orders:read'] } },
   { id: 'orders-write', path: '/orders/**', methods: ['POST'], upstream: 'main', scopes: { all: ['orders:write'] } },
   { id: 'ws', path: '/ws', methods: ['GET'], upstream: 'main' },
+  // A CORS-style anonymous OPTIONS beside it: an upgrade by OPTIONS must not ride on it.
+  { id: 'ws-options', path: '/ws', methods: ['OPTIONS'], upstream: 'main', auth: 'none' },
+  { id: 'public', path: '/public/**', upstream: 'main', auth: 'none' },
 ]
 
 let upstream: RecordingUpstream
@@ -72,6 +75,21 @@ function commonChecks(proxy: () => RunningProxy) {
     expect(seen[0]!.headers['x-auth-subject']).toBe('user-1')
     expect(seen[0]!.headers['x-auth-scopes']).toBe('orders:read')
     expect(seen[0]!.headers['x-auth-issuer']).toBe(issuer.issuer)
+  })
+
+  it('strips what the proxy mode strips: method and URL overrides, underscore spellings of identity headers', async () => {
+    const before = upstream.requests.length
+    const response = await fetch(`${proxy().url}/orders/3`, {
+      headers: {
+        authorization: `Bearer ${await token()}`, 'x-http-method-override': 'DELETE', 'x-method-override': 'DELETE',
+        'x-original-url': '/admin', 'x-rewrite-url': '/admin', x_auth_subject: 'admin', x_auth_scopes: 'orders:write',
+      },
+    })
+    expect(response.status).toBe(200)
+    const seen = upstream.requests.slice(before)[0]!.headers
+    for (const name of ['x-http-method-override', 'x-method-override', 'x-original-url', 'x-rewrite-url', 'x_auth_subject', 'x_auth_scopes']) {
+      expect(seen[name], name).toBeUndefined()
+    }
   })
 
   it('a token without a subject: the client\'s X-Auth-Subject does not reach the upstream', async () => {
@@ -163,6 +181,29 @@ describe.skipIf(NGINX === undefined)(`nginx auth_request (${versionOf(NGINX, ['-
     const after = await call()
     expect(after.status).toBe(401)
     expect(after.headers.get('www-authenticate')).toContain('error="invalid_token"')
+  })
+
+  it('keys the decision cache one way only: a credential cannot pose as another method and URI', async () => {
+    const before = upstream.requests.length
+    // With the key "$http_authorization|$request_method|$request_uri" these two requests had one key, and the
+    // anonymous GET's cached allow let the DELETE through.
+    const primed = await fetch(`${nginx.url}/public/x?|DELETE|/orders/1`)
+    expect(primed.status).toBe(200)
+    expect(upstream.requests.length).toBe(before + 1)
+    const attack = await fetch(`${nginx.url}/orders/1`, { method: 'DELETE', headers: { authorization: '|GET|/public/x?' } })
+    expect(attack.headers.get('x-decision-cache')).not.toBe('HIT')
+    expect(attack.status).toBe(405)
+    expect(upstream.requests.length).toBe(before + 1)
+  })
+
+  it('an upgrade by another method than GET is refused by the decision, not forwarded', async () => {
+    const upgrades = upstream.upgrades.length
+    const response = await rawRequest(nginx.port, ['OPTIONS /ws HTTP/1.1', 'Host: x', 'Upgrade: websocket', 'Connection: Upgrade',
+      'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==', 'Sec-WebSocket-Version: 13', '', ''].join('\r\n'))
+    expect(response.status).toBe(400)
+    // The body of the example's refusal location: the decision said 400 (the upstream never saw it).
+    expect(response.body.trim()).toBe('{"error":"invalid_request"}')
+    expect(upstream.upgrades.length).toBe(upgrades)
   })
 
   it('never caches a refusal: the same request is decided again', async () => {

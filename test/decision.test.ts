@@ -161,6 +161,12 @@ describe('the describing headers, as each proxy sends them', () => {
       { 'x-original-method': 'GET', 'x-original-url': 'https://shop.example#/public/x' },
       { 'x-original-method': 'GET', 'x-original-url': '/public/x' },
       { 'x-original-method': 'GET', 'x-original-url': 'ftp://shop.example/public/x' },
+      // ingress-nginx builds X-Original-URL from the client's Host: a `?`, `#`, `@` or `/` there must not move the path.
+      { 'x-original-method': 'GET', 'x-original-url': 'http://a?/orders/1' },
+      { 'x-original-method': 'GET', 'x-original-url': 'http://a#/orders/1' },
+      { 'x-original-method': 'GET', 'x-original-url': 'http://user@shop.example/orders/1' },
+      { 'x-original-method': 'GET', 'x-original-url': 'https://shop.example' },
+      { 'x-original-method': 'GET', 'x-original-url': 'https://shop.example?/orders/1' },
       { 'x-original-method': 'GET', 'x-original-uri': '/public/../orders/1' },
       { 'x-original-method': 'GET', 'x-original-uri': '/public/%2e%2e/orders/1' },
       { 'x-original-method': 'GET', 'x-original-uri': '/public/..%2forders/1' },
@@ -259,8 +265,9 @@ describe('trust', () => {
   }
 
   it('refuses callers outside the trusted addresses with 403 untrusted_caller, before reading anything', async () => {
-    const other = await decisionGateway({ trust: { addresses: ['10.0.0.0/8', 'fd00::/8'] } })
+    const other = await decisionGateway({ trust: { addresses: ['10.0.0.0/8', 'fd00::/8', '::/64'] } })
     try {
+      // ::/64 holds ::ffff:127.0.0.1 as node's BlockList sees it: IPv4 callers are checked against IPv4 ranges only.
       const response = await fetch(`${other.decisionUrl!}/decide`, { headers: { 'x-original-method': 'GET', 'x-original-uri': '/public/x' } })
       expect(response.status).toBe(403)
       expect(await response.json()).toMatchObject({ error: 'untrusted_caller' })
@@ -294,6 +301,8 @@ describe('trust', () => {
     const server = ca.issue('decision', ['IP:127.0.0.1'])
     const proxy = ca.issue('nginx.internal', ['DNS:nginx.internal'])
     const stranger = ca.issue('someone-else', ['DNS:someone-else'])
+    // The name in the CN only: a certificate with DNS names is known by those (RFC 6125 §6.4.4).
+    const cnOnly = ca.issue('nginx.internal', ['DNS:someone-else'])
     const other = await decisionGateway({
       tls: { cert_file: server.certFile, key_file: server.keyFile, client_ca_file: ca.caFile },
       trust: { client_certificate_names: ['nginx.internal'] },
@@ -308,6 +317,7 @@ describe('trust', () => {
     try {
       expect(await ask(proxy)).toBe(200)
       expect(await ask(stranger)).toBe(403)
+      expect(await ask(cnOnly)).toBe(403)
       await expect(ask()).rejects.toThrow()
     } finally {
       await other.close()

@@ -31,8 +31,12 @@ const [ORIGINAL_URL, ORIGINAL_URI, ORIGINAL_METHOD, FORWARDED_URI, FORWARDED_MET
 
 /** An HTTP method token as proxies pass them: upper-case letters and `-` (`M-SEARCH`); methods are case-sensitive. */
 const METHOD = /^[A-Z][A-Z-]{0,31}$/
-/** `X-Original-URL`: an absolute http(s) URL; what follows the authority is the target, taken as written. */
-const ABSOLUTE_URL = /^https?:\/\/[\x21-\x22\x24-\x2e\x30-\x3e\x40-\x7e]+([/?][\x21\x22\x24-\x7e]*)?$/i
+/**
+ * `X-Original-URL`: an absolute http(s) URL whose authority is a host and port only, then the target, taken as
+ * written. ingress-nginx builds it from the client's `Host`: a `?` or `#` there (nginx lets them through) must
+ * not end the authority early and move the path into the query (found in review: `Host: a?` decided `/`).
+ */
+const ABSOLUTE_URL = /^https?:\/\/[A-Za-z0-9._~:[\]-]+(\/[\x21\x22\x24-\x7e]*)$/i
 
 /** How many times each describing header appears (node joins repeats of unknown headers with `, `: count them raw). */
 function count(req: IncomingMessage): number[] {
@@ -62,12 +66,11 @@ function originForm(value: string | string[] | undefined, name: string): string 
   return value
 }
 
-/** `https://host/a?b` → `/a?b`; `https://host` → `/`; `https://host?b` → `/?b`. */
+/** `https://host/a?b` → `/a?b` (the target ingress-nginx sends is `$request_uri`: never empty, always from `/`). */
 function fromAbsolute(value: string | string[] | undefined): string {
   const match = typeof value === 'string' ? ABSOLUTE_URL.exec(value) : null
-  if (!match) throw new MalformedRequest('X-Original-URL must be an absolute http(s) URL')
-  const target = match[1] ?? '/'
-  return target.charCodeAt(0) === 63 /* ? */ ? `/${target}` : target
+  if (!match) throw new MalformedRequest('X-Original-URL must be an absolute http(s) URL: scheme://host[:port]/path')
+  return match[1]!
 }
 
 /** The described request, or the error to answer (400 for a malformed or ambiguous description, 404 off the endpoint paths). */

@@ -27,6 +27,9 @@ export function createDecisionServer(config: DecisionConfig, endpoint: DecisionE
   // Proxies keep pools of connections to their auth service (nginx `keepalive`: 60 s idle by default): outlast
   // them, so that a proxy does not reuse a connection this side is closing.
   server.keepAliveTimeout = 75_000
+  // A proxy sends a decision request at once: a caller slow to send its head gets nothing but a closed socket.
+  server.headersTimeout = 10_000
+  server.requestTimeout = 10_000
   // No 'upgrade' listener: node then serves a request with `Upgrade` (Caddy passes the client's on) as any other.
   server.on('checkContinue', endpoint.handleRequest)
   server.on('connect', (_req, socket: Socket) => socket.destroy())

@@ -9,8 +9,11 @@ import type { DecisionConfig, GatewayConfig, RouteConfig } from '../config/schem
 import { parseDuration } from '../config/units.js'
 
 export interface DecisionTrust {
-  /** The caller's address must be in one of these; null: any address (another check is configured). */
-  readonly addresses: BlockList | null
+  /**
+   * The caller's address must be in one of these, IPv4 against the IPv4 ranges and IPv6 against the IPv6 ones
+   * (one BlockList would match IPv4 addresses against `::/64`: found in review); null: any address.
+   */
+  readonly addresses: { readonly ipv4: BlockList; readonly ipv6: BlockList } | null
   /** The shared secret's header (lower case) and the SHA-256 of its value; null when none is configured. */
   readonly secret: { readonly header: string; readonly digest: Buffer } | null
   /** Names (subject CN or DNS subjectAltName) a verified client certificate must carry; null when not required. */
@@ -59,14 +62,14 @@ export function compileDecision(config: GatewayConfig): CompiledDecision | null 
   if (decision === undefined) return null
   const trust = decision.trust
   const ranges = trust === undefined ? DEFAULT_ADDRESSES : trust.addresses
-  let addresses: BlockList | null = null
+  let addresses: DecisionTrust['addresses'] = null
   if (ranges !== undefined) {
-    addresses = new BlockList()
+    addresses = { ipv4: new BlockList(), ipv6: new BlockList() }
     for (const text of ranges) {
       const range = parseRange(text)
       // Refused by lint before a runtime is ever built.
       if (range === undefined) throw new Error(`decision.trust.addresses: ${text} is not an address range`)
-      addresses.addSubnet(range.address, range.prefix, range.family)
+      addresses[range.family].addSubnet(range.address, range.prefix, range.family)
     }
   }
   const secret = trust?.secret === undefined ? null

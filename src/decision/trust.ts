@@ -27,14 +27,13 @@ function headerCount(req: IncomingMessage, lower: string): number {
   return n
 }
 
-/** The DNS subjectAltNames and the subject CN of a verified peer certificate. */
+/** The DNS subjectAltNames of a verified peer certificate; its subject CN only when it has none (RFC 6125 §6.4.4). */
 function certificateNames(socket: TLSSocket): string[] {
   const cert = socket.getPeerCertificate()
-  const names: string[] = []
+  const names = (cert.subjectaltname ?? '').split(', ').filter((entry) => entry.startsWith('DNS:')).map((entry) => entry.slice(4))
+  if (names.length > 0) return names
   const cn = cert.subject?.CN
-  if (typeof cn === 'string') names.push(cn)
-  for (const entry of (cert.subjectaltname ?? '').split(', ')) if (entry.startsWith('DNS:')) names.push(entry.slice(4))
-  return names
+  return typeof cn === 'string' ? [cn] : []
 }
 
 /** Throws UntrustedCaller unless `req` passes every check `trust` configures. */
@@ -42,7 +41,8 @@ export function requireTrusted(trust: DecisionTrust, req: IncomingMessage): void
   if (trust.addresses !== null) {
     const raw = req.socket.remoteAddress ?? ''
     const address = raw.startsWith('::ffff:') && isIPv4(raw.slice(7)) ? raw.slice(7) : raw
-    if (!trust.addresses.check(address, isIPv4(address) ? 'ipv4' : 'ipv6')) throw new UntrustedCaller('caller_address')
+    const admitted = isIPv4(address) ? trust.addresses.ipv4.check(address, 'ipv4') : trust.addresses.ipv6.check(address, 'ipv6')
+    if (!admitted) throw new UntrustedCaller('caller_address')
   }
   if (trust.secret !== null) {
     const value = req.headers[trust.secret.header]
