@@ -17,14 +17,15 @@ import type { KeySetStats } from './authn/jwks.js'
 import type { CacheStats } from './authn/token-cache.js'
 import { createAuthServer, type AuthServer } from './authserver/plugin.js'
 import { Metrics } from './metrics/metrics.js'
-import { HeadersTooLarge, MalformedRequest } from './errors/oauth-errors.js'
-import { errorBody, errorHeaders, renderError, renderErrorOnSocket } from './errors/render.js'
+import { MalformedRequest } from './errors/oauth-errors.js'
+import { clientErrorResponse, renderError, renderErrorOnSocket } from './errors/render.js'
 import { GatewayPipeline } from './server/pipeline.js'
 import { requestHeadProblem } from './server/request-head.js'
 import { buildRuntime, closeRuntime, type RuntimeDependencies } from './server/runtime.js'
 import { setTracing, tracing, Tracing } from './tracing/tracing.js'
 import { DecisionEndpoint } from './decision/endpoint.js'
 import { createDecisionServer } from './decision/server.js'
+import { createListener } from './server/listener.js'
 
 /** What the rest of Portcullis (revocation, metrics, the Redis broadcast) reaches through `app.gateway`. */
 export interface GatewayHandle {
@@ -162,13 +163,6 @@ class RedactingLogController extends LogController {
   }
 }
 
-function clientErrorResponse(error: NodeJS.ErrnoException, realm: string): string {
-  const failure = error.code === 'HPE_HEADER_OVERFLOW' ? new HeadersTooLarge() : new MalformedRequest('malformed HTTP request')
-  const body = errorBody(failure)
-  const headers = { ...errorHeaders(failure, realm), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
-  const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join('\r\n')
-  return `HTTP/1.1 ${failure.status} ${failure.status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n${head}\r\n\r\n${body}`
-}
 
 export async function buildGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<FastifyInstance> {
   const tls = config.server?.tls
@@ -204,15 +198,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
           pipeline!.handleRequest(req, res)
         }
       }
-      const server = tls
-        ? https.createServer({
-          cert: readFileSync(tls.cert_file),
-          key: readFileSync(tls.key_file),
-          minVersion: 'TLSv1.2',
-          ALPNProtocols: ['http/1.1'],
-          maxHeaderSize,
-        }, handler)
-        : http.createServer({ maxHeaderSize }, handler)
+      const server = createListener(tls, maxHeaderSize, handler)
       // `Expect: 100-continue`: node would answer 100 before anyone looked at the request.
       server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => handler(req, res, true))
       server.on('upgrade', (req, socket, head) => pipeline!.handleUpgrade(req, socket, head))

@@ -1,6 +1,6 @@
 /** The only writer of error responses: JSON body `{error, error_description}` plus the RFC 6750 challenge. */
 import type { ServerResponse } from 'node:http'
-import { DpopRefused, GatewayError, InsufficientScope, MethodNotAllowed, MissingToken, RateLimited, TemporarilyUnavailable } from './oauth-errors.js'
+import { DpopRefused, GatewayError, HeadersTooLarge, InsufficientScope, MalformedRequest, MethodNotAllowed, MissingToken, RateLimited, TemporarilyUnavailable } from './oauth-errors.js'
 
 /** quoted-string safe: descriptions and scopes are ours, but never let one break the header. */
 function quote(value: string): string {
@@ -90,4 +90,13 @@ const STATUS_TEXT: Record<number, string> = {
   400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
   408: 'Request Timeout', 413: 'Payload Too Large', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error',
   502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout', 505: 'HTTP Version Not Supported',
+}
+
+/** The raw answer to a request node's parser refused (`clientError`): 431 for an oversized head, else 400; closes. */
+export function clientErrorResponse(error: NodeJS.ErrnoException, realm: string): string {
+  const failure = error.code === 'HPE_HEADER_OVERFLOW' ? new HeadersTooLarge() : new MalformedRequest('malformed HTTP request')
+  const body = errorBody(failure)
+  const headers = { ...errorHeaders(failure, realm), 'content-length': String(Buffer.byteLength(body)), connection: 'close' }
+  const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join('\r\n')
+  return `HTTP/1.1 ${failure.status} ${STATUS_TEXT[failure.status] ?? 'Error'}\r\n${head}\r\n\r\n${body}`
 }
