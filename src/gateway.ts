@@ -15,7 +15,7 @@ import { configWarnings } from './config/lint.js'
 import type { InvalidationSelector, RevocationCheck } from './authn/authenticator.js'
 import type { KeySetStats } from './authn/jwks.js'
 import type { CacheStats } from './authn/token-cache.js'
-import { createAuthServer, type AuthServer } from './authserver/plugin.js'
+import { createAuthServer, type AuthServer, type AuthServerOptions } from './authserver/plugin.js'
 import { Metrics } from './metrics/metrics.js'
 import { MalformedRequest } from './errors/oauth-errors.js'
 import { clientErrorResponse, renderError, renderErrorOnSocket } from './errors/render.js'
@@ -68,12 +68,15 @@ export interface GatewayOptions {
   now?: () => number
   /** The metrics registry (a new one by default); a test may share one or turn process metrics off. */
   metrics?: Metrics
+  /** A worker under `server.workers` (issue 24): its channel to the other workers and the primary's throttle counters. */
+  workers?: AuthServerOptions['workers']
 }
 
 /** Sections a reload cannot change in a running process: they name sockets, or the server's own state. */
 const RESTART_ONLY: ReadonlyArray<[string, (config: GatewayConfig) => unknown]> = [
   ['server.listen', (config) => config.server?.listen],
   ['server.max_header_size', (config) => config.server?.max_header_size],
+  ['server.workers', (config) => config.server?.workers],
   ['admin', (config) => config.admin],
   ['authorization_server', (config) => config.authorization_server],
   // The embedded server learns the resource identifiers clients may ask for (RFC 8707) at start.
@@ -232,6 +235,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   const authServer = config.authorization_server?.enabled
     ? await createAuthServer(app, config.authorization_server, {
       now, metrics, audit, resources: (config.resources ?? []).map((resource) => resource.resource), dpop: config.dpop,
+      workers: options.workers,
     })
     : undefined
   for (const path of authServer?.paths ?? []) fastifyPaths.add(path)

@@ -35,7 +35,8 @@ import { RevocationList } from './revocations.js'
 import { resolveSettings } from './settings.js'
 import type { StorageAdapter } from './storage/adapter.js'
 import { openStore } from './store.js'
-import { createThrottle, INTERACTION_LIMITS, redisLimiter, USER_CODE_LIMITS, type ThrottleEngaged } from './throttle.js'
+import type { Broadcast } from './broadcast.js'
+import { createThrottle, INTERACTION_LIMITS, redisLimiter, USER_CODE_LIMITS, type LimiterFactory, type ThrottleEngaged } from './throttle.js'
 import { cookieOptions, CSRF_COOKIE } from './browser/session.js'
 import { registerAuthorize } from './endpoints/authorize.js'
 import { registerConsent } from './endpoints/consent.js'
@@ -69,6 +70,12 @@ export interface AuthServerOptions {
   resources?: readonly string[]
   /** The top-level `dpop:` section: how /token checks DPoP proofs (RFC 9449), with defaults when absent. */
   dpop?: DpopConfig | undefined
+  /**
+   * A worker of several on one machine (`server.workers`, issue 24): revocations travel to the other workers
+   * on this channel, and the brute-force counters are `limiter`'s (kept by the primary). A Redis store's own
+   * channel and counters take precedence: they reach every worker of every instance.
+   */
+  workers?: { readonly broadcast: Broadcast; readonly limiter: LimiterFactory } | undefined
 }
 
 function principalOf(record: StoredAccessToken, issuer: string): Principal {
@@ -145,11 +152,12 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   await revocations.load()
   // Several instances on one Redis: revocations travel between them, and brute-force counters are shared.
   const shared = settings.store.type === 'redis' ? await connectShared(settings.store.url!, settings.store.prefix, log) : undefined
-  if (shared) {
+  const broadcast = shared?.broadcast ?? options.workers?.broadcast
+  if (broadcast) {
     revocations.onKeysChanged = () => keys.reloadInBackground()
-    revocations.attach(shared.broadcast)
+    revocations.attach(broadcast)
   }
-  const limiter = shared ? redisLimiter(shared.limiterClient, settings.store.prefix) : undefined
+  const limiter = shared ? redisLimiter(shared.limiterClient, settings.store.prefix) : options.workers?.limiter
   const audit = options.audit ?? silentAudit
   const onEngaged: ThrottleEngaged = ({ throttle, key, retryAfterSeconds }) =>
     audit.emit('throttle.engaged', { throttle, key, retry_after: retryAfterSeconds })

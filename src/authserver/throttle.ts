@@ -5,7 +5,7 @@
  * counted (reserved) atomically *before* its secret is verified and given back only if it succeeds, so a
  * burst sent in parallel gets no more verifications than the allowance, across replicas too.
  */
-import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible'
+import { RateLimiterCluster, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible'
 import { TooManyAttempts } from '../errors/oauth-errors.js'
 import type { Throttle } from './context.js'
 import type { AuthServerSettings } from './settings.js'
@@ -41,6 +41,16 @@ export function redisLimiter(client: RedisLike, prefix: string): LimiterFactory 
     insurance: new RateLimiterMemory({ ...options }),
   })
 }
+
+/**
+ * Counters kept by the primary for every worker of one machine (`server.workers`, issue 24): rate-limiter-flexible's
+ * RateLimiterCluster asks the primary's RateLimiterClusterMaster over IPC, so a brute force spread over workers is
+ * counted once. The primary not answering within a second, each worker counts in memory meanwhile.
+ */
+export const clusterLimiter: LimiterFactory = (options) => ({
+  counters: new RateLimiterCluster({ ...options, timeoutMs: 1000 }),
+  insurance: new RateLimiterMemory({ ...options }),
+})
 
 /** The ioredis client, as rate-limiter-flexible uses it. */
 type RedisLike = object

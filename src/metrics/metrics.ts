@@ -113,12 +113,15 @@ export class Metrics {
     help: 'Age of the key set in use, by issuer (absent before its first successful fetch).',
     labelNames: ['issuer'] as const,
     registers: [this.registry],
+    // Several workers (server.workers, issue 24): one scrape shows the oldest.
+    aggregator: 'max',
   })
   readonly jwksKeys = new Gauge({
     name: 'portcullis_jwks_keys',
     help: 'Keys in the key set in use, by issuer.',
     labelNames: ['issuer'] as const,
     registers: [this.registry],
+    aggregator: 'max',
   })
   readonly introspections = new Counter({
     name: 'portcullis_introspection_requests_total',
@@ -181,17 +184,23 @@ export class Metrics {
     help: 'Always 1; the SHA-256 of the configuration file in use, and when it was loaded.',
     labelNames: ['sha256'] as const,
     registers: [this.registry],
+    // Workers on one file: one series of 1 (two, each 1, while a reload reaches them).
+    aggregator: 'max',
   })
   readonly configLoaded = new Gauge({
     name: 'portcullis_config_last_reload_success_timestamp_seconds',
     help: 'When the configuration in use was loaded.',
     registers: [this.registry],
+    aggregator: 'max',
   })
 
 
-  constructor(options: { defaultMetrics?: boolean } = {}) {
-    // Process metrics (CPU, memory, event loop lag, GC), prefixed like ours.
-    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry, prefix: 'portcullis_' })
+  /** @param options.worker the worker's id under `server.workers` (issue 24): its process metrics carry it as a label. */
+  constructor(options: { defaultMetrics?: boolean; worker?: number } = {}) {
+    // Process metrics (CPU, memory, event loop lag, GC), prefixed like ours; per worker, never summed.
+    if (options.defaultMetrics ?? true) {
+      collectDefaultMetrics({ register: this.registry, prefix: 'portcullis_', ...(options.worker !== undefined && { labels: { worker: String(options.worker) } }) })
+    }
     this.configReloads.inc({ result: 'success' }, 0)
     this.configReloads.inc({ result: 'failure' }, 0)
   }

@@ -41,6 +41,8 @@ export interface RunOptions extends GatewayOptions {
   decisionPort?: number
   /** Watch the config file and reload on change (default true). */
   watch?: boolean
+  /** A worker under `server.workers` (issue 24): the primary serves the admin listener for all of them. */
+  worker?: boolean
 }
 
 export function parseListen(listen: string): { host: string; port: number } {
@@ -131,7 +133,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
     }
   }
   let admin: FastifyInstance | undefined
-  if (config.admin?.listen !== undefined) {
+  if (config.admin?.listen !== undefined && !options.worker) {
     try {
       admin = await buildAdmin(gateway, () => config)
       listeners.push(trackConnections(admin.server))
