@@ -242,7 +242,8 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   app.decorate('authServer', authServer)
   // RFC 9449 §11.1 across instances: with a shared store (Redis), a proof is single use in all of them.
   const store = authServer?.ctx.store
-  const sharedOnce = store?.firstUse !== undefined ? { firstUse: store.firstUse.bind(store) } : undefined
+  // With several workers (issue 24) and no such store, the primary keeps the marks for all of them.
+  const sharedOnce = store?.firstUse !== undefined ? { firstUse: store.firstUse.bind(store) } : options.workers?.once
   const deps: RuntimeDependencies = { log, metrics, now, embedded: authServer?.embedded, isRevoked: options.isRevoked, sharedOnce,
     dpop: authServer && { config: config.dpop, settings: authServer.ctx.settings.dpop } }
   pipeline = new GatewayPipeline(buildRuntime(config, deps))

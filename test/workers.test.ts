@@ -14,6 +14,9 @@ import { stringify } from 'yaml'
 import { CLI, spawnProcess, waitFor, type RunningProcess } from './support/cli.js'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { parsePrometheusText } from './support/prometheus.js'
+import { startTestIssuer, type TestIssuer } from './support/issuer.js'
+import { createHash, generateKeyPairSync, randomUUID } from 'node:crypto'
+import { calculateJwkThumbprint, exportJWK, SignJWT } from 'jose'
 
 const PASSWORD = 'worker-test-password'
 const SALT = randomBytes(16)
@@ -55,6 +58,21 @@ function onAgent(agent: http.Agent, url: string, options: { method?: string; hea
   })
 }
 
+/** Two kept-alive connections, one to each worker (known by the pid that logged a request made on each). */
+async function agentsOnBothWorkers(c: Cluster): Promise<Map<number, http.Agent>> {
+  const byPid = new Map<number, http.Agent>()
+  for (let i = 0; i < 40 && byPid.size < 2; i++) {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+    const probe = await onAgent(agent, `${c.url}/api/probe`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    const pid = c.pidOf(probe.id)
+    if (pid !== undefined && !byPid.has(pid)) byPid.set(pid, agent)
+    else agent.destroy()
+  }
+  if (byPid.size < 2) throw new Error('40 connections, all to one worker')
+  return byPid
+}
+
 const form = (fields: Record<string, string>) => ({
   method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams(fields).toString(),
 })
@@ -74,12 +92,12 @@ interface Cluster {
   servedBy(url: string): Set<number>
 }
 
-async function startCluster(upstream: RecordingUpstream, throttling?: Record<string, unknown>): Promise<Cluster> {
+async function startCluster(upstream: RecordingUpstream, throttling?: Record<string, unknown>, issuer?: TestIssuer): Promise<Cluster> {
   const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-workers-'))
   const [port, adminPort, decisionPort] = await Promise.all([closedPort(), closedPort(), closedPort()])
   const url = `http://127.0.0.1:${port}`
   const config: Record<string, unknown> = {
-    server: { listen: `127.0.0.1:${port}`, workers: 2, shutdown_timeout: '5s' },
+    server: { listen: `127.0.0.1:${port}`, workers: 2, shutdown_timeout: '5s', public_url: url },
     admin: { listen: `127.0.0.1:${adminPort}` },
     upstreams: { main: { url: upstream.url, timeout: '5s' } },
     routes: [
@@ -103,6 +121,7 @@ async function startCluster(upstream: RecordingUpstream, throttling?: Record<str
     log: { level: 'info' },
   }
   if (throttling) Object.assign(config.authorization_server as Record<string, unknown>, { throttling })
+  if (issuer) config.issuers = [{ issuer: issuer.issuer, jwks_uri: issuer.jwksUri, audience: [issuer.audience], algorithms: ['ES256'] }]
   const file = path.join(dir, 'portcullis.yaml')
   writeFileSync(file, stringify(config))
   const running = spawnProcess(process.execPath, [CLI, 'start', '--config', file])
@@ -144,15 +163,16 @@ async function serviceToken(c: Cluster, scope = 'items:read'): Promise<string> {
 
 describe('server.workers: 2', () => {
   let upstream: RecordingUpstream
+  let issuer: TestIssuer
   let c: Cluster
   beforeAll(async () => {
-    upstream = await startRecordingUpstream({ slowMs: 600 })
-    c = await startCluster(upstream)
+    ;[upstream, issuer] = await Promise.all([startRecordingUpstream({ slowMs: 600 }), startTestIssuer()])
+    c = await startCluster(upstream, undefined, issuer)
   }, 60_000)
   afterAll(async () => {
     c?.process.kill()
     await c?.process.exited
-    await upstream?.close()
+    await Promise.all([upstream?.close(), issuer?.close()])
   })
 
   it('two workers serve one port, each with the same answers', async () => {
@@ -197,21 +217,32 @@ describe('server.workers: 2', () => {
     expect(forwardedSince).toBeLessThanOrEqual(10)
   })
 
+  it('a DPoP proof accepted by one worker is refused by the other', async () => {
+    const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    const jwk = await exportJWK(publicKey)
+    const token = await issuer.sign({ scope: 'items:read', cnf: { jkt: await calculateJwkThumbprint(jwk) } })
+    const proof = () => new SignJWT({ jti: randomUUID(), iat: Math.floor(Date.now() / 1000), htm: 'GET', htu: `${c.url}/api/dpop`,
+      ath: createHash('sha256').update(token).digest('base64url') }).setProtectedHeader({ alg: 'ES256', typ: 'dpop+jwt', jwk }).sign(privateKey)
+    const agents = await agentsOnBothWorkers(c)
+    try {
+      const [a, b] = [...agents.values()]
+      const send = (agent: http.Agent, dpop: string) => onAgent(agent, `${c.url}/api/dpop`, { headers: { authorization: `DPoP ${token}`, dpop } })
+      const once = await proof()
+      expect((await send(a!, once)).status).toBe(200)
+      const replayed = await send(b!, once)
+      expect(replayed.status).toBe(401)
+      expect(replayed.body).toContain('invalid_dpop_proof')
+      expect((await send(b!, await proof())).status).toBe(200)
+    } finally {
+      for (const agent of agents.values()) agent.destroy()
+    }
+  })
+
   it('brute force spread over both workers is counted once', async () => {
     const small = await startCluster(upstream, { failures_per_client: 4, failures_per_ip: 100000 })
-    const agents: http.Agent[] = []
+    let byPid = new Map<number, http.Agent>()
     try {
-      // Two kept-alive connections, one to each worker (found by the pid that logged a request on each).
-      const byPid = new Map<number, http.Agent>()
-      for (let i = 0; i < 40 && byPid.size < 2; i++) {
-        const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
-        agents.push(agent)
-        const probe = await onAgent(agent, `${small.url}/api/probe`)
-        await new Promise((resolve) => setTimeout(resolve, 50))
-        const pid = small.pidOf(probe.id)
-        if (pid !== undefined && !byPid.has(pid)) byPid.set(pid, agent)
-      }
-      expect(byPid.size).toBe(2)
+      byPid = await agentsOnBothWorkers(small)
       const attempt = (agent: http.Agent) => onAgent(agent, `${small.url}/token`, {
         ...form({ grant_type: 'client_credentials' }), headers: { ...form({}).headers, authorization: basic(SERVICE.id, 'wrong-secret-000000000') },
       })
@@ -221,7 +252,7 @@ describe('server.workers: 2', () => {
       expect(statuses.filter((status) => status === 401)).toHaveLength(4)
       expect(statuses.filter((status) => status === 429)).toHaveLength(2)
     } finally {
-      for (const agent of agents) agent.destroy()
+      for (const agent of byPid.values()) agent.destroy()
       small.process.kill()
       await small.process.exited
     }

@@ -11,7 +11,7 @@ import formbody from '@fastify/formbody'
 import type { EmbeddedIssuer } from '../authn/authenticator.js'
 import type { Principal } from '../authn/principal.js'
 import type { AuthorizationServerConfig, DpopConfig } from '../config/schema.js'
-import { memoryReplayCache, sharedReplayCache, type ReplayCache } from '../dpop/replay.js'
+import { memoryReplayCache, sharedReplayCache, type ReplayCache, type SharedOnce } from '../dpop/replay.js'
 import { silentAudit, type AuditLog } from '../audit/audit.js'
 import { Metrics } from '../metrics/metrics.js'
 import { InvalidRequest, ServerError } from '../errors/oauth-errors.js'
@@ -75,7 +75,7 @@ export interface AuthServerOptions {
    * on this channel, and the brute-force counters are `limiter`'s (kept by the primary). A Redis store's own
    * channel and counters take precedence: they reach every worker of every instance.
    */
-  workers?: { readonly broadcast: Broadcast; readonly limiter: LimiterFactory } | undefined
+  workers?: { readonly broadcast: Broadcast; readonly limiter: LimiterFactory; readonly once: SharedOnce } | undefined
 }
 
 function principalOf(record: StoredAccessToken, issuer: string): Principal {
@@ -97,9 +97,11 @@ function principalOf(record: StoredAccessToken, issuer: string): Principal {
  * RFC 9449 §11.1: where /token remembers the proofs it accepted. In the store when it is shared (Redis: one
  * SET NX per proof, so a proof used at one instance is refused at every other), else in the process.
  */
-function replayCacheFor(store: StorageAdapter, size: number): ReplayCache {
+function replayCacheFor(store: StorageAdapter, size: number, workers?: SharedOnce): ReplayCache {
   const firstUse = store.firstUse?.bind(store)
-  return firstUse ? sharedReplayCache({ firstUse }) : memoryReplayCache(size)
+  if (firstUse) return sharedReplayCache({ firstUse })
+  // Several workers on one store (issue 24): the primary remembers the proofs for all of them.
+  return workers ? sharedReplayCache(workers) : memoryReplayCache(size)
 }
 
 /** Fastify's own request errors (wrong content type, body too large, bad form) as RFC 6749 errors. */
@@ -184,7 +186,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     log,
     metrics: options.metrics ?? new Metrics({ defaultMetrics: false }),
     audit,
-    dpopReplay: replayCacheFor(store, settings.dpop.replayCacheSize),
+    dpopReplay: replayCacheFor(store, settings.dpop.replayCacheSize, options.workers?.once),
   }
   const paths: string[] = []
   await app.register(async (scope) => {

@@ -5,6 +5,7 @@
  */
 import cluster from 'node:cluster'
 import type { Broadcast, RevocationMessage } from '../authserver/broadcast.js'
+import type { SharedOnce } from '../dpop/replay.js'
 
 export type ClusterMessage =
   /** worker → primary: listening, ready for traffic. */
@@ -16,6 +17,9 @@ export type ClusterMessage =
   /** primary → worker, and the answer: why the worker cannot serve (empty when it can). */
   | { readonly portcullis: 'readiness?'; readonly id: number }
   | { readonly portcullis: 'readiness'; readonly id: number; readonly problems: readonly string[] }
+  /** worker → primary, and the answer: whether `key` is seen for the first time (DPoP proofs, RFC 9449 §11.1). */
+  | { readonly portcullis: 'first-use?'; readonly id: number; readonly key: string; readonly ttlSeconds: number }
+  | { readonly portcullis: 'first-use'; readonly id: number; readonly first: boolean }
 
 export function isClusterMessage(value: unknown): value is ClusterMessage {
   return typeof value === 'object' && value !== null && typeof (value as { portcullis?: unknown }).portcullis === 'string'
@@ -44,5 +48,56 @@ export function ipcBroadcast(): Broadcast {
       process.on('message', listener)
     },
     close: async () => { if (listener) process.off('message', listener) },
+  }
+}
+
+/** How long a worker waits for the primary's answer before the proof counts as uncheckable (503). */
+const FIRST_USE_TIMEOUT_MS = 1000
+
+/**
+ * Single use across the workers of one machine (issue 24): a DPoP proof accepted by one worker, at the token
+ * endpoint or the gateway, is refused by every other. The primary keeps the marks ({@link FirstUseMarks}); a
+ * Redis store's own `firstUse` takes precedence, since it spans instances too.
+ */
+export function ipcFirstUse(): SharedOnce {
+  let next = 0
+  const waiting = new Map<number, { resolve(first: boolean): void; timer: NodeJS.Timeout }>()
+  process.on('message', (message: unknown) => {
+    if (!isClusterMessage(message) || message.portcullis !== 'first-use') return
+    const pending = waiting.get(message.id)
+    if (pending === undefined) return
+    waiting.delete(message.id)
+    clearTimeout(pending.timer)
+    pending.resolve(message.first)
+  })
+  return {
+    firstUse: (key, ttlSeconds) => new Promise((resolve, reject) => {
+      const id = ++next
+      const timer = setTimeout(() => { waiting.delete(id); reject(new Error('the primary did not answer')) }, FIRST_USE_TIMEOUT_MS)
+      waiting.set(id, { resolve, timer })
+      if (!toPrimary({ portcullis: 'first-use?', id, key, ttlSeconds })) {
+        waiting.delete(id)
+        clearTimeout(timer)
+        reject(new Error('no primary'))
+      }
+    }),
+  }
+}
+
+/** The primary's marks for {@link ipcFirstUse}: bounded; full of live marks, it refuses (fails closed). */
+export class FirstUseMarks {
+  private readonly marks = new Map<string, number>()
+  constructor(private readonly max = 1_000_000, private readonly now: () => number = Date.now) {}
+
+  firstUse(key: string, ttlSeconds: number): boolean {
+    const now = this.now()
+    const until = this.marks.get(key)
+    if (until !== undefined && until > now) return false
+    if (this.marks.size >= this.max) {
+      for (const [mark, expires] of this.marks) if (expires <= now) this.marks.delete(mark)
+      if (this.marks.size >= this.max) return false
+    }
+    this.marks.set(key, now + ttlSeconds * 1000)
+    return true
   }
 }

@@ -8,12 +8,12 @@ import { AggregatorRegistry } from 'prom-client'
 import { clusterLimiter } from '../authserver/throttle.js'
 import { Metrics } from '../metrics/metrics.js'
 import { readinessProblems } from './admin.js'
-import { ipcBroadcast, isClusterMessage, toPrimary } from './cluster-messages.js'
+import { ipcBroadcast, ipcFirstUse, isClusterMessage, toPrimary } from './cluster-messages.js'
 import { runPortcullis, type RunningPortcullis } from './run.js'
 
 export async function runWorker(file: string): Promise<RunningPortcullis> {
   const metrics = new Metrics({ worker: cluster.worker!.id })
-  const running = await runPortcullis(file, { worker: true, metrics, workers: { broadcast: ipcBroadcast(), limiter: clusterLimiter } })
+  const running = await runPortcullis(file, { worker: true, metrics, workers: { broadcast: ipcBroadcast(), limiter: clusterLimiter, once: ipcFirstUse() } })
   // Constructing one is what makes prom-client answer the primary's requests for this worker's metrics.
   new AggregatorRegistry()
   AggregatorRegistry.setRegistries([metrics.registry])

@@ -8,8 +8,9 @@
  *   100 ms once a worker has lived a minute);
  * - SIGHUP is passed to every worker as a reload; SIGTERM and SIGINT to every worker as a drain, and the
  *   primary exits when they all have;
- * - it relays revocations from one worker to the others, and keeps the brute-force counters
- *   (rate-limiter-flexible's RateLimiterClusterMaster), so both hold across workers;
+ * - it relays revocations from one worker to the others, keeps the brute-force counters
+ *   (rate-limiter-flexible's RateLimiterClusterMaster) and the marks of DPoP proofs used, so all three hold
+ *   across workers;
  * - it serves the admin listener: one `/metrics` scrape of every worker (prom-client's AggregatorRegistry:
  *   counters summed, histograms merged, process metrics apart by their `worker` label), `/healthz`, and
  *   `/readyz` (every worker running and ready).
@@ -22,7 +23,7 @@ import { AggregatorRegistry } from 'prom-client'
 import { RateLimiterClusterMaster } from 'rate-limiter-flexible'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseListen } from './run.js'
-import { isClusterMessage, type ClusterMessage } from './cluster-messages.js'
+import { FirstUseMarks, isClusterMessage, type ClusterMessage } from './cluster-messages.js'
 
 const FIRST_BACKOFF_MS = 100
 const MAX_BACKOFF_MS = 10_000
@@ -57,8 +58,13 @@ export async function runPrimary(config: GatewayConfig, count: number): Promise<
   const relay = (from: Worker, message: ClusterMessage) => {
     for (const worker of Object.values(cluster.workers ?? {})) if (worker && worker !== from && worker.isConnected()) worker.send(message)
   }
+  const marks = new FirstUseMarks()
   cluster.on('message', (worker, message: unknown) => {
-    if (isClusterMessage(message) && message.portcullis === 'broadcast') relay(worker, message)
+    if (!isClusterMessage(message)) return
+    if (message.portcullis === 'broadcast') relay(worker, message)
+    if (message.portcullis === 'first-use?' && worker.isConnected()) {
+      worker.send({ portcullis: 'first-use', id: message.id, first: marks.firstUse(message.key, message.ttlSeconds) } satisfies ClusterMessage)
+    }
   })
 
   /** Forks a worker; resolves once it says it listens, rejects if it exits first. */
