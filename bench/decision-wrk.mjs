@@ -7,7 +7,9 @@
 //   d          Portcullis proxy mode, JWT cache hit (bench/run.mjs's (d) config)
 //   n-decide   nginx auth_request → Portcullis decision endpoint (examples/decision/nginx.conf), every request decided
 //   n-cache    the same with nginx's decision cache
+//   d-w1/d-w2  (d) with server.workers 1 and 2 (issue 24), on both cores beside wrk; CPU of the primary and workers
 //
+// ONLY=d-w1,d-w2 runs those alone.
 // The processes under test (nginx and/or Portcullis) on CPU 0; wrk and the upstream on CPU 1. CPU µs/req is
 // the sum over the processes under test. Needs `npm run build`, nginx and wrk.
 //
@@ -70,10 +72,10 @@ const upstream = launch(1, process.execPath, ['bench/servers.mjs', 'upstream'])
 await sleep(300)
 const upstreamUrl = `http://127.0.0.1:${JSON.parse(upstream.output().split('\n')[0]).port}`
 
-async function startPortcullis(sub, decisionPort) {
+async function startPortcullis(sub, decisionPort, workers) {
   const port = await freePort()
   const yaml = `
-server: { listen: "127.0.0.1:${port}" }
+server: { listen: "127.0.0.1:${port}"${workers === undefined ? '' : `, workers: ${workers}`} }
 upstreams: { items: { url: "${upstreamUrl}" } }
 issuers:
   - { issuer: "${ISSUER}", jwks_file: "${jwksFile}", audience: [${AUDIENCE}], algorithms: [ES256] }
@@ -85,9 +87,15 @@ ${decisionPort === undefined ? '' : `decision: { listen: "127.0.0.1:${decisionPo
 `
   mkdirSync(sub, { recursive: true })
   writeFileSync(path.join(sub, 'portcullis.yaml'), yaml)
-  const proc = launch(0, process.execPath, ['dist/cli.js', 'start', '--config', path.join(sub, 'portcullis.yaml')])
+  // With workers: both cores (the workers beside wrk on CPU 1); their CPU counted with the primary's.
+  const proc = launch(workers === undefined ? 0 : '0,1', process.execPath, ['dist/cli.js', 'start', '--config', path.join(sub, 'portcullis.yaml')])
   await until(`http://127.0.0.1:${port}/`, proc)
-  return { proc, url: `http://127.0.0.1:${port}${PATH}` }
+  const children = []
+  for (let i = 0; workers !== undefined && i < 200 && children.length < workers; i++) {
+    await sleep(25)
+    children.splice(0, children.length, ...readFileSync(`/proc/${proc.pid}/task/${proc.pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number))
+  }
+  return { proc, workers: children.map((pid) => ({ pid, stop: async () => {} })), url: `http://127.0.0.1:${port}${PATH}` }
 }
 
 async function startNginx(sub, options) {
@@ -102,6 +110,9 @@ const ONLY = process.env.ONLY?.split(',')
 const SETUPS_ALL = {
   nginx: async (sub) => { const n = await startNginx(sub, {}); return { procs: [n.proc], url: n.url } },
   d: async (sub) => { const p = await startPortcullis(sub); return { procs: [p.proc], url: p.url } },
+  // Issue 24: server.workers 1 and 2, on both cores with wrk (the load generator shares them).
+  'd-w1': async (sub) => { const p = await startPortcullis(sub, undefined, 1); return { procs: [p.proc], url: p.url } },
+  'd-w2': async (sub) => { const p = await startPortcullis(sub, undefined, 2); return { procs: [p.proc, ...p.workers], url: p.url } },
   'n-decide': async (sub) => decisionPair(sub, false),
   'n-cache': async (sub) => decisionPair(sub, true),
 }

@@ -34,6 +34,10 @@
 //   n-decide  nginx auth_request → Portcullis's decision endpoint (issue 23), examples/decision/nginx.conf as
 //   n-cache   documented, without and with nginx's decision cache; both processes on CPU 0, CPU µs/req summed
 //             (each one's share in the JSON and the notes)
+//   haproxy-es256  HAProxy 2.6 (Debian's) verifying the JWT itself on every request with jwt_verify, claim
+//   haproxy-rs256  checks as ../shared/reference/haproxy-jwt.cfg; one thread on CPU 0 (issue 24)
+//   d-info         (d) with the default log level, info: one JSON line per request on stdout
+//   d-w1, d-w2     (d) with server.workers 1 and 2, not pinned: workers and load generator share both cores
 //   b@2000    (b) and (d) at a fixed 2 000 requests/s: latency at a moderate load
 //   d@2000
 //   i         memory of the token caches with `entries` tokens each, and their bound (bench/memory.mjs)
@@ -48,7 +52,7 @@
 // Latency percentiles are computed here from every 2xx response time (autocannon's own are whole ms).
 // Raw reps go to bench/results/<YYYY-MM-DD>.json (each run appended to that day's file).
 import { spawn, spawnSync } from 'node:child_process'
-import { randomBytes, scryptSync } from 'node:crypto'
+import { createPublicKey, randomBytes, scryptSync } from 'node:crypto'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import net from 'node:net'
@@ -221,13 +225,13 @@ async function portOf(proc) {
 }
 
 /** A Portcullis process on a free port with the config `yaml(port)`, once it answers HTTP. */
-async function startPortcullis(name, dir, yaml, cli = path.join(root, 'dist/cli.js')) {
+async function startPortcullis(name, dir, yaml, cli = path.join(root, 'dist/cli.js'), cpu = 0) {
   for (let attempt = 1; ; attempt++) {
     const port = await freePort()
     mkdirSync(dir, { recursive: true })
     const config = path.join(dir, 'portcullis.yaml')
     writeFileSync(config, yaml(port))
-    const proc = launch(name, 0, [cli, 'start', '--config', config], { stdout: 'ignore' })
+    const proc = launch(name, cpu, [cli, 'start', '--config', config], { stdout: 'ignore' })
     const giveUp = Date.now() + 20_000
     while (!proc.done && Date.now() < giveUp) {
       const answered = await request(`http://127.0.0.1:${port}/__bench_ready`).then(() => true, () => false)
@@ -366,6 +370,54 @@ const portcullisProxy = (id, yaml, cli) => Object.assign(async (rep) => {
   const { proc, port, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), yaml, cli)
   return { proc, base, url: `http://127.0.0.1:${port}${PATH}` }
 }, { yaml })
+/** The pids of a process's children (the workers of a primary), from /proc. */
+function childPids(pid) {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number)
+  } catch {
+    return []
+  }
+}
+/**
+ * Issue 24: Portcullis with `server.workers: n`, not pinned (its workers and the load generator share both
+ * cores: what (d) on one pinned core does not show); `procs` are the primary and its workers, CPU summed.
+ */
+const workersProxy = (id, n) => async (rep) => {
+  const yaml = (port) => jwtYaml(port).replace(`server: { listen: "127.0.0.1:${port}" }`, `server: { listen: "127.0.0.1:${port}", workers: ${n} }`)
+  // Both cores, explicitly: a child inherits this process's affinity (CPU 1) otherwise.
+  const { proc, port, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), yaml, undefined, '0,1')
+  let workers = []
+  for (let i = 0; i < 200 && (n > 1 ? workers.length < n : false); i++) {
+    workers = childPids(proc.pid)
+    await sleep(25)
+  }
+  const children = workers.map((pid, i) => ({ name: `${id}-worker-${i + 1}`, pid, stop: async () => {} }))
+  return { proc, procs: [proc, ...children], base, url: `http://127.0.0.1:${port}${PATH}` }
+}
+/** HAProxy 2.6 verifying the JWT itself on every request (`jwt_verify`, ../shared/reference/haproxy-jwt.cfg), pinned to CPU 0. */
+const HAPROXY = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((file) => existsSync(file))
+const HAPROXY_CLAIMS = { iss: 'https://issuer.bench.local/', aud: 'bench-api', scope: 'read:items' }
+const haproxyProxy = (id, alg) => async (rep) => {
+  const dir = path.join(ctx.dir, `${id}-r${rep}`)
+  mkdirSync(dir, { recursive: true })
+  const port = await freePort()
+  const keyFile = path.join(dir, 'issuer.pem')
+  writeFileSync(keyFile, createPublicKey(ctx.keys[alg].privatePem).export({ type: 'spki', format: 'pem' }))
+  const template = readFileSync(path.join(root, '../shared/reference/haproxy-jwt.cfg'), 'utf8')
+  const cfg = path.join(dir, 'haproxy.cfg')
+  writeFileSync(cfg, template.replaceAll('@PORT@', String(port)).replaceAll('@UPSTREAM_PORT@', new URL(ctx.upstream).port)
+    .replaceAll('@KEY@', keyFile).replaceAll('@ALG@', alg))
+  const proc = launch(id, 0, ['-f', cfg, '-db'], { command: HAPROXY, stdout: 'ignore' })
+  const giveUp = Date.now() + 20_000
+  while (!proc.done && Date.now() < giveUp) {
+    if (await request(`http://127.0.0.1:${port}/__bench_ready`).then(() => true, () => false)) {
+      return { proc, base: `http://127.0.0.1:${port}`, url: `http://127.0.0.1:${port}${PATH}` }
+    }
+    await sleep(10)
+  }
+  await proc.stop()
+  throw new Error(`${id} did not start: ${proc.stderr()}`)
+}
 /** nginx on a free port with the config `nginxConfig` writes (bench/nginx.mjs), once it answers HTTP. */
 async function startNginx(name, dir, options) {
   const port = await freePort()
@@ -579,6 +631,29 @@ const SCENARIOS = [
     id, label: `(${id}) ${text} (issue 23)`, kind: 'proxy', needs: 'nginx', newFeature: true, start: nginxProxy(id, mode),
     gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }),
   })),
+  // Issue 24: the C gateway that verifies the JWT itself on every request (no cache), ES256 and RS256.
+  ...['ES256', 'RS256'].map((alg) => ({
+    id: `haproxy-${alg.toLowerCase()}`, label: `(haproxy) HAProxy 2.6 jwt_verify ${alg}, every request, claim checks`, kind: 'proxy', needs: 'haproxy',
+    start: haproxyProxy(`haproxy-${alg.toLowerCase()}`, alg),
+    async gate(t) {
+      await proxyGate(t, ctx.haproxyTokens[alg])
+      const none = await request(t.url)
+      expect(none.status === 401, `expected 401 without a token, got ${none.status}`)
+      const forged = await request(t.url, { headers: bearer(tamper(ctx.haproxyTokens[alg])) })
+      expect(forged.status === 401, `expected 401 with a tampered token, got ${forged.status}`)
+    },
+    load: () => ({ options: { headers: bearer(ctx.haproxyTokens[alg]) } }),
+  })),
+  // Issue 24: (d) with the default log level (one JSON line per request to stdout), against (d) at `warn`.
+  { id: 'd-info', label: '(d) with log.level: info (the default: a log line per request)', kind: 'proxy',
+    start: portcullisProxy('d-info', (port) => jwtYaml(port).replace('log: { level: warn }', 'log: { level: info }')),
+    gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  // Issue 24: one worker against two, neither pinned: CPU µs/req is the primary's and its workers' together.
+  ...[1, 2].map((n) => ({
+    id: `d-w${n}`, label: `(d) with server.workers: ${n}, not pinned (workers and load generator share both cores)`, kind: 'proxy', newFeature: true,
+    start: workersProxy(`d-w${n}`, n),
+    gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }),
+  })),
   { id: 'b@2000', label: `(b) bare proxy at a fixed ${FIXED_RATE.toLocaleString('en-US')} req/s`, kind: 'proxy', rate: FIXED_RATE,
     start: (rep) => helperProxy('b@2000', ['bench/bare-proxy.mjs', ctx.upstream])(rep),
     gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
@@ -720,6 +795,10 @@ async function redisReachable() {
 const notes = []
 const loadAverage = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')
 const loadAverageBefore = loadAverage()
+if (selected.some((s) => s.needs === 'haproxy') && HAPROXY === undefined) {
+  notes.push('HAProxy is not installed (apt-get install haproxy): the HAProxy rows were skipped.')
+  selected = selected.filter((s) => s.needs !== 'haproxy')
+}
 if (selected.some((s) => s.needs === 'nginx') && NGINX === undefined) {
   notes.push('nginx is not installed (apt-get install nginx-light): the nginx rows were skipped.')
   selected = selected.filter((s) => s.needs !== 'nginx')
@@ -736,6 +815,10 @@ writeFileSync(ctx.jwksFile, JSON.stringify(ctx.keys.jwks))
 ctx.hotToken = mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'load-user-' })[0]
 ctx.claimsToken = mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'claims-user-', claims: CLAIMS })[0]
 ctx.dpopKey = dpopKey()
+ctx.haproxyTokens = {
+  ES256: mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'haproxy-', claims: HAPROXY_CLAIMS })[0],
+  RS256: mintTokens('RS256', ctx.keys.RS256, { count: 1, prefix: 'haproxy-', claims: HAPROXY_CLAIMS })[0],
+}
 ctx.dpopToken = mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'dpop-user-', claims: { cnf: { jkt: ctx.dpopKey.jkt } } })[0]
 ctx.gateTokens = {
   ES256: mintTokens('ES256', ctx.keys.ES256, { count: 1, prefix: 'gate-' })[0],
@@ -935,10 +1018,21 @@ decideShare === undefined || summary.d === undefined ? undefined : decideShare <
 const cacheOverNginx = paired('n-cache', 'nginx')
 target('(n-cache) ≥ 0.9× nginx alone, req/s', cacheOverNginx === undefined ? undefined : times(cacheOverNginx),
   cacheOverNginx === undefined ? undefined : cacheOverNginx >= 0.9)
+// Issue 24: (d) on one core against HAProxy verifying the JWT on every request, paired per rep.
+for (const [alg, min] of [['es256', 1.0], ['rs256', 0.6]]) {
+  const ratio = paired('d', `haproxy-${alg}`)
+  target(`(d) ≥ ${min.toFixed(1)}× HAProxy jwt_verify ${alg.toUpperCase()}, req/s`, ratio === undefined ? undefined : times(ratio), ratio === undefined ? undefined : ratio >= min)
+}
+const infoCost = paired('d-info', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
+if (infoCost !== undefined) out(`The request log line at info (d-info) over (d) at warn, CPU per request, paired median: ${infoCost >= 0 ? '+' : ''}${infoCost.toFixed(1)} µs.`)
+const workersScaling = paired('d-w2', 'd-w1')
+if (workersScaling !== undefined) {
+  out(`server.workers 2 over 1 (both unpinned, the load generator on one of the two cores), paired: ${times(workersScaling)} req/s, CPU µs/req ${summary['d-w1'].cpuMicrosPerRequest.toFixed(1)} → ${summary['d-w2'].cpuMicrosPerRequest.toFixed(1)}.`)
+}
 rateTarget('g-sqlite', 3000, '(g) client_credentials ≥ 3 000 grants/s (SQLite)')
 rateTarget('h-sqlite', 1500, '(h) refresh_token ≥ 1 500 refreshes/s (SQLite)')
 out()
-out(`| target (issues 8, 23) | measured | result |`)
+out(`| target (issues 8, 23, 24) | measured | result |`)
 out('|---|---|---|')
 for (const t of targets) out(`| ${t.name} | ${t.measured ?? '—'} | ${t.result} |`)
 if (!fullEntries && memory) notes.unshift('(i) is judged at 100 000 entries only.')
