@@ -37,6 +37,7 @@
 //   haproxy-es256  HAProxy 2.6 (Debian's) verifying the JWT itself on every request with jwt_verify, claim
 //   haproxy-rs256  checks as ../shared/reference/haproxy-jwt.cfg; one thread on CPU 0 (issue 24)
 //   d-info         (d) with the default log level, info: one JSON line per request on stdout
+//   d-info-buffered  the same with log.buffer: 4kb (one write per ~20 lines)
 //   d-w1, d-w2     (d) with server.workers 1 and 2, not pinned: workers and load generator share both cores
 //   b@2000    (b) and (d) at a fixed 2 000 requests/s: latency at a moderate load
 //   d@2000
@@ -647,6 +648,9 @@ const SCENARIOS = [
   // Issue 24: (d) with the default log level (one JSON line per request to stdout), against (d) at `warn`.
   { id: 'd-info', label: '(d) with log.level: info (the default: a log line per request)', kind: 'proxy',
     start: portcullisProxy('d-info', (port) => jwtYaml(port).replace('log: { level: warn }', 'log: { level: info }')),
+    gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
+  { id: 'd-info-buffered', label: '(d) with log.level: info and log.buffer: 4kb (one write per ~20 lines)', kind: 'proxy',
+    start: portcullisProxy('d-info-buffered', (port) => jwtYaml(port).replace('log: { level: warn }', 'log: { level: info, buffer: 4kb }')),
     gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
   // Issue 24: one worker against two, neither pinned: CPU µs/req is the primary's and its workers' together.
   ...[1, 2].map((n) => ({
