@@ -28,26 +28,14 @@ const APP = { id: 'app', secret: 'app-secret-0123456789abcdef' }
 interface Answer { status: number; body: string; id: string }
 
 let counter = 0
-/** One request on a connection of its own, with a request id to find its log line by. */
-function fresh(url: string, options: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Answer> {
-  const id = `w-${process.pid}-${++counter}`
-  return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: options.method ?? 'GET', agent: false, headers: { 'x-request-id': id, connection: 'close', ...options.headers } }, (res) => {
-      let body = ''
-      res.setEncoding('utf8')
-      res.on('data', (chunk: string) => { body += chunk })
-      res.on('end', () => resolve({ status: res.statusCode!, body, id }))
-    })
-    req.on('error', reject)
-    req.end(options.body)
-  })
-}
+type RequestOptions = { method?: string; headers?: Record<string, string>; body?: string }
 
-/** One request on `agent`'s one kept-alive connection. */
-function onAgent(agent: http.Agent, url: string, options: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Answer> {
+/** One request, with a request id to find its log line by: on `agent`'s kept-alive connection, or (false) a new one. */
+function send(url: string, options: RequestOptions, agent: http.Agent | false): Promise<Answer> {
   const id = `w-${process.pid}-${++counter}`
+  const headers = { 'x-request-id': id, ...(agent === false && { connection: 'close' }), ...options.headers }
   return new Promise((resolve, reject) => {
-    const req = http.request(url, { method: options.method ?? 'GET', agent, headers: { 'x-request-id': id, ...options.headers } }, (res) => {
+    const req = http.request(url, { method: options.method ?? 'GET', agent, headers }, (res) => {
       let body = ''
       res.setEncoding('utf8')
       res.on('data', (chunk: string) => { body += chunk })
@@ -57,6 +45,10 @@ function onAgent(agent: http.Agent, url: string, options: { method?: string; hea
     req.end(options.body)
   })
 }
+/** On a connection of its own: the OS hands each to either worker. */
+const fresh = (url: string, options: RequestOptions = {}) => send(url, options, false)
+/** On `agent`'s one kept-alive connection: always the same worker. */
+const onAgent = (agent: http.Agent, url: string, options: RequestOptions = {}) => send(url, options, agent)
 
 /** Two kept-alive connections, one to each worker (known by the pid that logged a request made on each). */
 async function agentsOnBothWorkers(c: Cluster): Promise<Map<number, http.Agent>> {
