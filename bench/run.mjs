@@ -371,6 +371,16 @@ const portcullisProxy = (id, yaml, cli) => Object.assign(async (rep) => {
   const { proc, port, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), yaml, cli)
   return { proc, base, url: `http://127.0.0.1:${port}${PATH}` }
 }, { yaml })
+/** `proc` once it answers HTTP on `port` (any status); stopped, and an error, if it does not within 20 s. */
+async function answering(name, port, proc) {
+  const giveUp = Date.now() + 20_000
+  while (!proc.done && Date.now() < giveUp) {
+    if (await request(`http://127.0.0.1:${port}/__bench_ready`).then(() => true, () => false)) return proc
+    await sleep(10)
+  }
+  await proc.stop()
+  throw new Error(`${name} did not start: ${proc.stderr()}`)
+}
 /** The pids of a process's children (the workers of a primary), from /proc. */
 function childPids(pid) {
   try {
@@ -408,29 +418,15 @@ const haproxyProxy = (id, alg) => async (rep) => {
   const cfg = path.join(dir, 'haproxy.cfg')
   writeFileSync(cfg, template.replaceAll('@PORT@', String(port)).replaceAll('@UPSTREAM_PORT@', new URL(ctx.upstream).port)
     .replaceAll('@KEY@', keyFile).replaceAll('@ALG@', alg))
-  const proc = launch(id, 0, ['-f', cfg, '-db'], { command: HAPROXY, stdout: 'ignore' })
-  const giveUp = Date.now() + 20_000
-  while (!proc.done && Date.now() < giveUp) {
-    if (await request(`http://127.0.0.1:${port}/__bench_ready`).then(() => true, () => false)) {
-      return { proc, base: `http://127.0.0.1:${port}`, url: `http://127.0.0.1:${port}${PATH}` }
-    }
-    await sleep(10)
-  }
-  await proc.stop()
-  throw new Error(`${id} did not start: ${proc.stderr()}`)
+  const proc = await answering(id, port, launch(id, 0, ['-f', cfg, '-db'], { command: HAPROXY, stdout: 'ignore' }))
+  return { proc, base: `http://127.0.0.1:${port}`, url: `http://127.0.0.1:${port}${PATH}` }
 }
 /** nginx on a free port with the config `nginxConfig` writes (bench/nginx.mjs), once it answers HTTP. */
 async function startNginx(name, dir, options) {
   const port = await freePort()
   mkdirSync(dir, { recursive: true })
   const proc = launch(name, 0, ['-p', dir, '-c', nginxConfig(dir, { port, upstream: ctx.upstream, ...options })], { command: NGINX, stdout: 'ignore' })
-  const giveUp = Date.now() + 20_000
-  while (!proc.done && Date.now() < giveUp) {
-    if (await request(`http://127.0.0.1:${port}/__bench_ready`).then(() => true, () => false)) return { proc, port }
-    await sleep(10)
-  }
-  await proc.stop()
-  throw new Error(`${name} did not start: ${proc.stderr()}`)
+  return { proc: await answering(name, port, proc), port }
 }
 /** nginx alone, or in front of a Portcullis decision endpoint (issue 23), both on CPU 0: `procs` is the pair measured. */
 const DECISION_SECRET = 'bench-decision-secret-0123456789abcdef'

@@ -257,11 +257,11 @@ async function start(configFile: string): Promise<number> {
     if (code !== undefined) return code
   }
   // Imported here so `check` and `hash-secret` do not load fastify, undici and jose.
-  const { runPortcullis } = await import('./server/run.js')
-  const { runWorker } = await import('./server/cluster-worker.js')
   let running
   try {
-    running = cluster.isWorker ? await runWorker(configFile) : await runPortcullis(configFile)
+    running = cluster.isWorker
+      ? await (await import('./server/cluster-worker.js')).runWorker(configFile)
+      : await (await import('./server/run.js')).runPortcullis(configFile)
   } catch (error) {
     console.error(error instanceof ConfigError ? error.message : `start: ${oneLine(error)}`)
     // A listener opened before the failure (the public one, when the admin port is taken) would keep us alive.

@@ -10,6 +10,7 @@ import { lintCors } from '../cors/lint.js'
 import { lintMcp } from '../mcp/compile.js'
 import { authorizationServerWarnings, lintAuthorizationServer } from './lint-authserver.js'
 import { parseDuration, parseSize } from './units.js'
+import { badPort } from './listen.js'
 import { decisionWarnings, lintDecision } from '../decision/lint.js'
 
 /**
@@ -29,9 +30,6 @@ function badUrl(value: string): boolean {
   return port !== '' && Number(port) > 65535
 }
 
-function badPort(listen: string | undefined): boolean {
-  return listen !== undefined && Number(listen.slice(listen.lastIndexOf(':') + 1)) > 65535
-}
 
 /** The host of an http:// URL that is not loopback (127.0.0.0/8, ::1, localhost), else undefined. */
 function cleartextHost(value: string | undefined): string | undefined {

@@ -2,18 +2,18 @@
 import type { GatewayConfig } from '../config/schema.js'
 import { isLoopbackHost } from '../config/loopback.js'
 import { readable } from '../config/files.js'
+import { badPort, parseListen } from '../config/listen.js'
 import { parseDuration } from '../config/units.js'
 import type { RuleProblem } from '../rules/compile.js'
 import { MAX_CACHE_SECONDS, parseRange } from './settings.js'
 
-const hostOf = (listen: string) => listen.slice(0, listen.lastIndexOf(':')).replace(/^\[|\]$/g, '')
 
 export function lintDecision(config: GatewayConfig): RuleProblem[] {
   const decision = config.decision
   if (decision === undefined) return []
   const problems: RuleProblem[] = []
   const at = (...path: string[]) => ['decision', ...path]
-  if (Number(decision.listen.slice(decision.listen.lastIndexOf(':') + 1)) > 65535) problems.push({ path: at('listen'), message: 'the port must be at most 65535' })
+  if (badPort(decision.listen)) problems.push({ path: at('listen'), message: 'the port must be at most 65535' })
   for (const [name, other] of [['server.listen', config.server?.listen ?? '127.0.0.1:8080'], ['admin.listen', config.admin?.listen]] as const) {
     if (other === decision.listen) problems.push({ path: at('listen'), message: `is ${name} too: the decision endpoint has its own listener` })
   }
@@ -48,7 +48,7 @@ export function decisionWarnings(config: GatewayConfig): string[] {
   const decision = config.decision
   if (decision === undefined) return []
   const warnings: string[] = []
-  const loopback = isLoopbackHost(hostOf(decision.listen))
+  const loopback = isLoopbackHost(parseListen(decision.listen).host)
   if (!loopback && decision.tls === undefined) {
     warnings.push(`decision.listen ${decision.listen} is not loopback and decision.tls is not set: the proxy's requests, tokens included, would cross the network in clear text`)
   }

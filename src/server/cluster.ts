@@ -22,7 +22,7 @@ import pino from 'pino'
 import { AggregatorRegistry } from 'prom-client'
 import { RateLimiterClusterMaster } from 'rate-limiter-flexible'
 import type { GatewayConfig } from '../config/schema.js'
-import { parseListen } from './run.js'
+import { parseListen } from '../config/listen.js'
 import { FirstUseMarks, isClusterMessage, type ClusterMessage } from './cluster-messages.js'
 
 const FIRST_BACKOFF_MS = 100

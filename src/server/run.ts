@@ -13,6 +13,7 @@ import type { FastifyInstance } from 'fastify'
 import { ConfigError, loadConfig } from '../config/load.js'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
+import { parseListen } from '../config/listen.js'
 import { buildGateway, type GatewayOptions } from '../gateway.js'
 import { buildAdmin } from './admin.js'
 
@@ -45,10 +46,7 @@ export interface RunOptions extends GatewayOptions {
   worker?: boolean
 }
 
-export function parseListen(listen: string): { host: string; port: number } {
-  const colon = listen.lastIndexOf(':')
-  return { host: listen.slice(0, colon).replace(/^\[|\]$/g, ''), port: Number(listen.slice(colon + 1)) }
-}
+export { parseListen } from '../config/listen.js'
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
