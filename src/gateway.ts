@@ -26,6 +26,7 @@ import { setTracing, tracing, Tracing } from './tracing/tracing.js'
 import { DecisionEndpoint } from './decision/endpoint.js'
 import { createDecisionServer } from './decision/server.js'
 import { createListener } from './server/listener.js'
+import { LogOutput, RequestLog } from './server/log-output.js'
 
 /** What the rest of Portcullis (revocation, metrics, the Redis broadcast) reaches through `app.gateway`. */
 export interface GatewayHandle {
@@ -90,25 +91,17 @@ const RESTART_ONLY: ReadonlyArray<[string, (config: GatewayConfig) => unknown]> 
 
 /**
  * `log.buffer`: stdout lines are held back until `buffer` bytes have gathered or `flush_interval` (default
- * 1s) has passed, then written at once: one write per batch instead of one per request line. Flushed when
- * the gateway closes and when the process exits; a crash that kills the process outright loses what is held.
+ * 1s) has passed, then written at once: one write per batch instead of one per request line. Written out when
+ * the gateway closes and when the process exits (LogOutput); a crash that kills the process outright loses
+ * what is held.
  */
-function bufferedStdout(log: GatewayConfig['log']): { stream: pino.DestinationStream; flush(): void } | undefined {
+function bufferedStdout(log: GatewayConfig['log']): pino.DestinationStream | undefined {
   const size = log?.buffer === undefined ? 0 : parseSize(log.buffer)
   if (size === 0) return undefined
-  const destination = pino.destination({
+  return pino.destination({
     // maxWrite just over the buffer: the pending text pino's destination measures per line stays this small.
     dest: 1, sync: true, minLength: size, maxWrite: size + 1024, periodicFlush: parseDuration(log?.flush_interval ?? '1s'),
   })
-  const flush = () => {
-    try {
-      destination.flushSync()
-    } catch {
-      // stdout is gone (a closed pipe): there is nowhere left to write to.
-    }
-  }
-  process.once('exit', flush)
-  return { stream: destination, flush }
 }
 
 const CREDENTIAL_HEADERS = ['authorization', 'proxy-authorization', 'cookie', 'set-cookie']
@@ -176,14 +169,14 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   // Paths fastify serves on the public listener (the embedded authorization server mounts here).
   const fastifyPaths = new Set<string>()
 
-  const buffered = options.logStream ? undefined : bufferedStdout(config.log)
-  const logOutput = options.logStream ?? buffered?.stream
+  // pino's own stdout stream when no log.buffer is set (what pino would make by itself).
+  const logOutput = options.logStream ? new LogOutput(options.logStream) : new LogOutput(bufferedStdout(config.log) ?? pino.destination({ dest: 1, sync: true }), true)
   const app = Fastify({
     logger: {
       level: config.log?.level ?? 'info',
       redact: REDACTED_PATHS,
       serializers: { req: serializeRequest },
-      ...(logOutput && { stream: logOutput }),
+      stream: logOutput,
     },
     logController: new RedactingLogController(),
     serverFactory: (fastifyHandler) => {
@@ -244,7 +237,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   const store = authServer?.ctx.store
   // With several workers (issue 24) and no such store, the primary keeps the marks for all of them.
   const sharedOnce = store?.firstUse !== undefined ? { firstUse: store.firstUse.bind(store) } : options.workers?.once
-  const deps: RuntimeDependencies = { log, metrics, now, embedded: authServer?.embedded, isRevoked: options.isRevoked, sharedOnce,
+  const deps: RuntimeDependencies = { log, requestLog: new RequestLog(log, logOutput), metrics, now, embedded: authServer?.embedded, isRevoked: options.isRevoked, sharedOnce,
     dpop: authServer && { config: config.dpop, settings: authServer.ctx.settings.dpop } }
   pipeline = new GatewayPipeline(buildRuntime(config, deps))
   const decisionServer = config.decision && createDecisionServer(config.decision, new DecisionEndpoint(pipeline, now), maxHeaderSize, realm)
@@ -300,7 +293,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
     }
     await Promise.all([closeRuntime(pipeline!.runtime), authServer?.close()])
     await audit.close()
-    buffered?.flush()
+    logOutput.close()
   })
   return app
 }

@@ -17,6 +17,7 @@ import { startAuthServerGateway, type RunningGateway } from './support/gateway.j
 import { ALICE, R1, TV1, basic, postForm, type OAuthResponse } from './support/authserver.js'
 import { FormBrowser, field, loginAndConsent, responseParams } from './support/browser.js'
 import { testClock } from './support/clock.js'
+import { lineCollector } from './support/logs.js'
 
 type Gateway = RunningGateway & { issuer: string }
 type AuditLine = Record<string, unknown> & { time: string; event: string }
@@ -308,8 +309,7 @@ describe('audit events of the process', () => {
       audit: { output: auditFile },
     })
     writeFileSync(file, stringify(config('info')))
-    const logs: string[] = []
-    const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
+    const { lines: logs, stream: logStream } = lineCollector()
     const running = await runPortcullis(file, { port: 0, watch: false, logStream })
     context.onTestFinished(() => running.shutdown('test'))
     writeFileSync(file, stringify(config('debug')))

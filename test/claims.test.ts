@@ -8,7 +8,6 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { Writable } from 'node:stream'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { parse, stringify } from 'yaml'
 import { runPortcullis, type RunningPortcullis } from '../src/server/run.js'
@@ -18,6 +17,7 @@ import { startIntrospectionServer, type TestIntrospectionServer } from './suppor
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { scrape, valueOf } from './support/prometheus.js'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
+import { lineCollector } from './support/logs.js'
 
 /** The YAML block of the README's "Example: one API, many tenants", as a user would copy it. */
 function readmeExample(): { issuers: Array<Record<string, unknown>>; routes: Array<Record<string, unknown>> } {
@@ -80,8 +80,7 @@ beforeAll(async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-claims-'))
   const file = path.join(dir, 'portcullis.yaml')
   writeFileSync(file, stringify(config))
-  const logs: string[] = []
-  const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
+  const { lines: logs, stream: logStream } = lineCollector()
   const running = await runPortcullis(file, { port: 0, adminPort: 0, watch: false, logStream })
   env = {
     running, file, logs, upstream, issuer, idp, config,

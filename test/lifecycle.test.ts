@@ -19,6 +19,7 @@ import { CLI } from './support/cli.js'
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { createTestCa } from './support/tls.js'
+import { lineCollector } from './support/logs.js'
 
 interface Started {
   running: RunningPortcullis
@@ -50,8 +51,7 @@ async function start(context: TestContext, initial: Record<string, unknown>, opt
   const file = path.join(dir, 'portcullis.yaml')
   const write = (next: Record<string, unknown>) => writeFileSync(file, stringify(next))
   write(initial)
-  const logs: string[] = []
-  const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
+  const { lines: logs, stream: logStream } = lineCollector()
   const running = await runPortcullis(file, { port: 0, adminPort: 0, watch: options.watch ?? true, logStream, auditStream: discard() })
   context.onTestFinished(() => running.shutdown('test'))
   const port = (running.gateway.server.address() as AddressInfo).port
@@ -174,8 +174,7 @@ describe('hot reload', () => {
     version('..v1', 'orders:read')
     symlinkSync('..v1', path.join(dir, '..data'))
     symlinkSync('..data/portcullis.yaml', path.join(dir, 'portcullis.yaml'))
-    const logs: string[] = []
-    const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
+    const { stream: logStream } = lineCollector()
     const running = await runPortcullis(path.join(dir, 'portcullis.yaml'), { port: 0, adminPort: 0, logStream, auditStream: discard() })
     context.onTestFinished(() => running.shutdown('test'))
     const url = `http://127.0.0.1:${(running.gateway.server.address() as AddressInfo).port}`

@@ -10,7 +10,6 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { Writable } from 'node:stream'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { stringify } from 'yaml'
 import { runPortcullis } from '../src/server/run.js'
@@ -18,6 +17,7 @@ import { rawRequest, startGateway, testConfig, type RunningGateway } from './sup
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { labelValues, scrape, valueOf } from './support/prometheus.js'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
+import { lineCollector } from './support/logs.js'
 
 const PUBLIC = 'https://mcp.example.com'
 const RESOURCE = `${PUBLIC}/mcp`
@@ -487,8 +487,7 @@ describe('metrics and reload', () => {
     const file = path.join(dir, 'portcullis.yaml')
     const base = { ...config(upstream, issuer), server: { realm: 'test', public_url: PUBLIC, listen: '127.0.0.1:0' }, admin: { listen: '127.0.0.1:0' } }
     writeFileSync(file, stringify(base))
-    const logs: string[] = []
-    const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
+    const { stream: logStream } = lineCollector()
     const running = await runPortcullis(file, { port: 0, adminPort: 0, watch: false, logStream })
     try {
       const url = `http://127.0.0.1:${(running.gateway.server.address() as AddressInfo).port}/mcp`

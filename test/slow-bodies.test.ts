@@ -5,7 +5,7 @@
  */
 import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { describe, expect, it, type TestContext } from 'vitest'
+import { describe, expect, it, vi, type TestContext } from 'vitest'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { startGateway, testConfig, type RunningGateway } from './support/gateway.js'
@@ -71,7 +71,8 @@ describe('slow request bodies (issue 15, item 2)', () => {
     expect(performance.now() - started).toBeLessThan(3000)
     expect(upstream.connections).toBe(0)
     expect(upstream.requests).toHaveLength(0)
-    expect(gateway.logs.join('')).toContain('"error":"request_timeout"')
+    // The request line is written at the end of the turn that made it (src/server/log-output.ts).
+    await vi.waitFor(() => expect(gateway.logs.join('')).toContain('"error":"request_timeout"'))
   })
 
   it('answers 408 to a streamed body that pauses longer than body_timeout, and aborts the upstream request', async ({ onTestFinished }) => {

@@ -13,6 +13,7 @@ import type { ForwardHandler } from '../forward/proxy.js'
 import type { CorsAnswer } from '../cors/policy.js'
 import { endHttpSpan, type Span } from '../tracing/tracing.js'
 import type { GatewayRuntime } from './runtime.js'
+import type { RequestLine } from './log-output.js'
 
 /** What one request did, for its log line and its metrics (filled in as the request goes). */
 export interface Outcome {
@@ -71,14 +72,22 @@ export function recordRequest(rt: GatewayRuntime, req: IncomingMessage, res: Ser
   const url = req.url ?? ''
   const q = url.indexOf('?')
   // The path only: a query may carry a token (refused, but never logged).
-  const entry = {
-    reqId: id, route: outcome.route || undefined, method: req.method, path: (q === -1 ? url : url.slice(0, q)).slice(0, 512),
-    status, decision: outcome.decision, ...(outcome.error !== '' && { error: outcome.error, reason: outcome.detail }),
-    ms: Math.round(seconds * 100_000) / 100,
-    ...(traced !== undefined && { trace_id: traced.traceId, span_id: traced.spanId }),
+  const path = (q === -1 ? url : url.slice(0, q)).slice(0, 512)
+  const entry: RequestLine = {
+    reqId: id, route: outcome.route || undefined, method: req.method, path, status, decision: outcome.decision,
+    error: undefined, reason: undefined, ms: Math.round(seconds * 100_000) / 100, trace_id: undefined, span_id: undefined,
   }
-  if (outcome.error === '') rt.log.info(entry, 'request')
-  else if (status < 500) rt.log.info(entry, 'request denied')
+  if (outcome.error !== '') {
+    entry.error = outcome.error
+    entry.reason = outcome.detail
+  }
+  if (traced !== undefined) {
+    entry.trace_id = traced.traceId
+    entry.span_id = traced.spanId
+  }
+  // The line of (nearly) every request: built as text and written with the others of this turn (log-output.ts).
+  if (outcome.error === '') rt.requestLog.write(entry, 'request')
+  else if (status < 500) rt.requestLog.write(entry, 'request denied')
   else rt.log.error({ ...entry, err: outcome.cause }, 'request failed')
 }
 

@@ -25,6 +25,7 @@ import { RedisBuckets } from '../ratelimit/redis.js'
 import type { SharedOnce } from '../dpop/replay.js'
 import type { DpopSettings } from '../dpop/settings.js'
 import { compileDecision, type CompiledDecision } from '../decision/settings.js'
+import type { RequestLog } from './log-output.js'
 
 export interface GatewayRuntime {
   readonly rules: readonly CompiledRule[]
@@ -47,6 +48,8 @@ export interface GatewayRuntime {
   readonly maxTokenSize: number
   readonly bodyPolicy: BodyPolicy
   readonly log: FastifyBaseLogger
+  /** The request line of every request, at `info` (src/server/log-output.ts). */
+  readonly requestLog: RequestLog
   readonly metrics: Metrics
   /** Requests being served on this runtime now; see {@link retireWhenIdle}. */
   inflight: number
@@ -58,6 +61,7 @@ export interface GatewayRuntime {
 
 export interface RuntimeDependencies {
   readonly log: FastifyBaseLogger
+  readonly requestLog: RequestLog
   readonly metrics: Metrics
   readonly now: () => number
   readonly embedded?: EmbeddedIssuer | undefined
@@ -134,6 +138,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
       minRate: parseSize(config.server?.body_min_rate ?? '1kb'),
     },
     log: deps.log,
+    requestLog: deps.requestLog,
     metrics: deps.metrics,
     inflight: 0,
     source: { authn, upstreams: upstreamSources },

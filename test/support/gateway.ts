@@ -9,6 +9,7 @@ import type { FastifyInstance } from 'fastify'
 import { buildGateway } from '../../src/gateway.js'
 import type { RevocationCheck } from '../../src/authn/authenticator.js'
 import { loadConfig } from '../../src/config/load.js'
+import { lineCollector } from './logs.js'
 
 export interface RunningGateway {
   app: FastifyInstance
@@ -39,8 +40,7 @@ export async function startGateway(config: Record<string, unknown>, options: Sta
   const file = path.join(dir, 'portcullis.yaml')
   const text = stringify(config)
   writeFileSync(file, text)
-  const logs: string[] = []
-  const logStream = new Writable({ write(chunk, _encoding, callback) { logs.push(String(chunk)); callback() } })
+  const { lines: logs, stream: logStream } = lineCollector()
   const audit: string[] = []
   const auditStream = new Writable({ write(chunk, _encoding, callback) { audit.push(String(chunk)); callback() } })
   const loaded = loadConfig(file, text, options.env ?? process.env)

@@ -1,0 +1,192 @@
+/**
+ * Issue 24 item 2: the request line written without pino's per-line work (src/server/log-output.ts). It must
+ * be the line pino would write, held lines must keep their place among pino's own, and none may be lost
+ * at exit; a path or request id made to break the JSON must not.
+ */
+import { spawnSync } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import path from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import pino from 'pino'
+import { LogOutput, RequestLog, type RequestLine } from '../src/server/log-output.js'
+import { lineCollector } from './support/logs.js'
+import { rawRequest, startGateway, testConfig, type RunningGateway } from './support/gateway.js'
+import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
+import { startTestIssuer, type TestIssuer } from './support/issuer.js'
+
+/** Every write the output received, as it came. */
+function recordingOutput(): { writes: string[]; stream: pino.DestinationStream } {
+  const writes: string[] = []
+  return { writes, stream: { write: (text: string) => { writes.push(text) } } }
+}
+
+const endOfTurn = () => new Promise<void>((resolve) => setImmediate(resolve))
+const withoutTime = (line: string) => line.replace(/"time":\d+/, '"time":0')
+
+const LINE: RequestLine = { reqId: 'a1b2', route: 'orders', method: 'GET', path: '/orders/1', status: 200, decision: 'forwarded', ms: 1.25 }
+
+/** `LINE` with `changes`, its fields in the order request-record.ts makes them (pino writes an object's in its own order). */
+function line(changes: Partial<RequestLine>): RequestLine {
+  const all = { ...LINE, ...changes }
+  return { reqId: all.reqId, route: all.route, method: all.method, path: all.path, status: all.status, decision: all.decision,
+    error: all.error, reason: all.reason, ms: all.ms, trace_id: all.trace_id, span_id: all.span_id }
+}
+
+describe('the request line', () => {
+  const cases: Array<[string, RequestLine, 'request' | 'request denied']> = [
+    ['forwarded', LINE, 'request'],
+    ['no route, no method', line({ route: undefined, method: undefined, status: 404, decision: 'rejected', error: 'not_found', reason: 'no route' }), 'request denied'],
+    ['a reason with quotes, backslashes, control characters and non-ASCII', line({ status: 401, decision: 'denied', error: 'invalid_token',
+      reason: 'kid "x\\y"\n\t\u0000\u001f é 漢 \ud83d\ude00 \ud800 end' }), 'request denied'],
+    ['a path a client wrote to break the line', line({ path: '/a"b\\c/é/\u007f/"}\n{"level":60' }), 'request'],
+    ['traced', line({ trace_id: '0af7651916cd43dd8448eb211c80319c', span_id: 'b7ad6b7169203331' }), 'request'],
+    ['a time that is no number', line({ ms: Number.NaN }), 'request'],
+  ]
+  it.each(cases)('%s: the same text pino writes for the same fields', (_name, entry, msg) => {
+    const fromPino = recordingOutput()
+    const logger = pino({ level: 'info' }, fromPino.stream)
+    logger.info(Object.fromEntries(Object.entries(entry).filter(([, value]) => value !== undefined)), msg)
+    const ours = recordingOutput()
+    const output = new LogOutput(ours.stream)
+    new RequestLog(logger, output).write(entry, msg)
+    output.flush()
+    expect(ours.writes).toHaveLength(1)
+    expect(withoutTime(ours.writes[0]!)).toBe(withoutTime(fromPino.writes[0]!))
+    expect(ours.writes[0]!.endsWith('}\n')).toBe(true)
+    expect(ours.writes[0]!.split('\n')).toHaveLength(2)
+  })
+
+  it("carries the logger's own bindings (pid, hostname), as pino's lines do", () => {
+    const ours = recordingOutput()
+    const output = new LogOutput(ours.stream)
+    new RequestLog(pino({ level: 'info' }, output), output).write(LINE, 'request')
+    output.flush()
+    expect(JSON.parse(ours.writes[0]!)).toMatchObject({ level: 30, pid: process.pid, hostname: expect.any(String), reqId: 'a1b2', msg: 'request' })
+  })
+})
+
+describe('the log output', () => {
+  it('holds the request lines of a turn and writes them in one write at its end', async () => {
+    const out = recordingOutput()
+    const output = new LogOutput(out.stream)
+    const requests = new RequestLog(pino({}, output), output)
+    for (let i = 0; i < 5; i++) requests.write({ ...LINE, reqId: `r${i}` }, 'request')
+    expect(out.writes).toEqual([])
+    await endOfTurn()
+    expect(out.writes).toHaveLength(1)
+    expect(out.writes[0]!.trimEnd().split('\n').map((line) => (JSON.parse(line) as { reqId: string }).reqId)).toEqual(['r0', 'r1', 'r2', 'r3', 'r4'])
+  })
+
+  it("keeps the order of the lines: pino's own lines come after the request lines made before them", async () => {
+    const out = recordingOutput()
+    const output = new LogOutput(out.stream)
+    const logger = pino({}, output)
+    const requests = new RequestLog(logger, output)
+    requests.write({ ...LINE, reqId: 'first' }, 'request')
+    logger.warn('between')
+    requests.write({ ...LINE, reqId: 'last' }, 'request')
+    await endOfTurn()
+    const order = out.writes.join('').trimEnd().split('\n').map((line) => JSON.parse(line) as { reqId?: string; msg: string })
+      .map((entry) => entry.reqId ?? entry.msg)
+    expect(order).toEqual(['first', 'between', 'last'])
+  })
+
+  it('writes at once what has grown past 64 KiB, without waiting for the turn to end', () => {
+    const out = recordingOutput()
+    const output = new LogOutput(out.stream)
+    const requests = new RequestLog(pino({}, output), output)
+    const long = { ...LINE, path: `/${'x'.repeat(500)}` }
+    let lines = 0
+    while (out.writes.length === 0) {
+      requests.write(long, 'request')
+      lines++
+      expect(lines).toBeLessThan(200)
+    }
+    expect(out.writes[0]!.length).toBeGreaterThanOrEqual(64 * 1024)
+    expect(out.writes[0]!.trimEnd().split('\n')).toHaveLength(lines)
+  })
+
+  it('writes what it holds when the process exits in the same turn', () => {
+    const module = path.resolve('dist/server/log-output.js')
+    if (!existsSync(module)) throw new Error('dist/ is missing: run `npm run build` (npm test does it in pretest)')
+    const script = `
+      import pino from 'pino'
+      import { LogOutput, RequestLog } from ${JSON.stringify(module)}
+      const output = new LogOutput(pino.destination({ dest: 1, sync: true }), true)
+      const requests = new RequestLog(pino({}, output), output)
+      for (let i = 0; i < 3; i++) requests.write({ reqId: 'exit-' + i, route: 'r', method: 'GET', path: '/', status: 200, decision: 'forwarded', ms: 1 }, 'request')
+      process.exit(0)`
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', cwd: process.cwd() })
+    expect(run.status, run.stderr).toBe(0)
+    expect(run.stdout.trimEnd().split('\n').map((line) => (JSON.parse(line) as { reqId: string }).reqId)).toEqual(['exit-0', 'exit-1', 'exit-2'])
+  })
+})
+
+describe('request lines through the gateway', () => {
+  let upstream: RecordingUpstream
+  let issuer: TestIssuer
+  let gateway: RunningGateway
+
+  beforeAll(async () => {
+    upstream = await startRecordingUpstream()
+    issuer = await startTestIssuer()
+    gateway = await startGateway({ ...testConfig({ upstream, issuer, routes: [{ id: 'open', path: '/**', upstream: 'main', auth: 'none' }] }),
+      log: { level: 'info' } })
+  })
+  afterAll(async () => {
+    await gateway.close()
+    await upstream.close()
+    await issuer.close()
+  })
+
+  /** The parsed request lines logged so far (after the turn that wrote them). */
+  const requestLines = async (msg = 'request') => {
+    await endOfTurn()
+    return gateway.logs.map((text) => JSON.parse(text) as Record<string, unknown>).filter((entry) => entry.msg === msg)
+  }
+
+  it('a path with quotes and backslashes (refused, 400), and a request id that tries the same, stay inside their fields', async () => {
+    gateway.logs.length = 0
+    const before = upstream.requests.length
+    const target = '/a"b\\c/"}{"level":60'
+    const res = await rawRequest(gateway.port, `GET ${target}?token=secret HTTP/1.1\r\nHost: x\r\nX-Request-Id: id"},"level":60\r\nConnection: close\r\n\r\n`)
+    expect(res.status).toBe(400)
+    expect(upstream.requests).toHaveLength(before)
+    const lines = await requestLines('request denied')
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatchObject({ level: 30, path: target, method: 'GET', status: 400, error: 'invalid_request' })
+    // Not a safe token: replaced by a UUID of our own.
+    expect(lines[0]!.reqId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    expect(gateway.logs.join('')).not.toContain('secret')
+  })
+
+  it('a forwarded path with every character a path may carry raw is logged as sent', async () => {
+    gateway.logs.length = 0
+    const target = "/a/b=c/!$&'()*+,:@~-._/%22%7B"
+    const res = await rawRequest(gateway.port, `GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`)
+    expect(res.status).toBe(200)
+    expect(upstream.requests.at(-1)!.url).toBe(target)
+    const lines = await requestLines()
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatchObject({ path: target, status: 200, route: 'open', decision: 'forwarded' })
+  })
+
+  it('each of many concurrent requests has exactly one line, each line whole', async () => {
+    gateway.logs.length = 0
+    const ids = Array.from({ length: 200 }, (_, i) => `many-${i}`)
+    const answers = await Promise.all(ids.map((id) => fetch(`${gateway.url}/many`, { headers: { 'x-request-id': id } })))
+    expect(answers.every((res) => res.status === 200)).toBe(true)
+    await Promise.all(answers.map((res) => res.arrayBuffer()))
+    const lines = await requestLines()
+    expect(lines.map((entry) => entry.reqId).sort()).toEqual([...ids].sort())
+  })
+})
+
+describe('lineCollector (the tests own reading of log output)', () => {
+  it('splits a write of several lines into lines, each with its newline', () => {
+    const { lines, stream } = lineCollector()
+    stream.write('{"a":1}\n{"b":2}\n')
+    stream.write('{"c":3}\n')
+    expect(lines).toEqual(['{"a":1}\n', '{"b":2}\n', '{"c":3}\n'])
+  })
+})
