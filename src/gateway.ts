@@ -169,8 +169,11 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   // Paths fastify serves on the public listener (the embedded authorization server mounts here).
   const fastifyPaths = new Set<string>()
 
-  // pino's own stdout stream when no log.buffer is set (what pino would make by itself).
-  const logOutput = options.logStream ? new LogOutput(options.logStream) : new LogOutput(bufferedStdout(config.log) ?? pino.destination({ dest: 1, sync: true }), true)
+  // stdout, written synchronously: request lines come a turn's worth at a time (log-output.ts), so a write
+  // is rare enough to need no worker thread, and nothing piles up in memory when stdout is slow.
+  const logOutput = options.logStream
+    ? new LogOutput(options.logStream)
+    : new LogOutput(bufferedStdout(config.log) ?? pino.destination({ dest: 1, sync: true }), true)
   const app = Fastify({
     logger: {
       level: config.log?.level ?? 'info',

@@ -70,9 +70,10 @@ export class LogOutput implements pino.DestinationStream {
    * own exit flush of its stdout stream may already have run).
    */
   readonly flushSync = (): void => {
-    this.flush()
     try {
-      (this.out as { flushSync?: () => void }).flushSync?.()
+      this.flush()
+      const out = this.out as { flushSync?: () => void }
+      out.flushSync?.()
     } catch {
       // Not open yet, or already closed: there is nothing left to write to.
     }
