@@ -171,6 +171,21 @@ describe('request lines through the gateway', () => {
     expect(lines[0]).toMatchObject({ path: target, status: 200, route: 'open', decision: 'forwarded' })
   })
 
+  it("a request's line is the text the gateway's own logger (fastify's, with its redaction and serializers) writes for its fields", async () => {
+    gateway.logs.length = 0
+    const res = await fetch(`${gateway.url}/same?x=1`, { headers: { 'x-request-id': 'same-as-pino' } })
+    expect(res.status).toBe(200)
+    await endOfTurn()
+    const ours = gateway.logs.find((text) => text.includes('"reqId":"same-as-pino"'))
+    expect(ours).toBeDefined()
+    const { level: _level, time: _time, pid: _pid, hostname: _hostname, msg, ...fields } = JSON.parse(ours!) as Record<string, unknown>
+    gateway.logs.length = 0
+    gateway.app.log.info(fields, msg as string)
+    await endOfTurn()
+    expect(gateway.logs).toHaveLength(1)
+    expect(withoutTime(ours!)).toBe(withoutTime(gateway.logs[0]!))
+  })
+
   it('each of many concurrent requests has exactly one line, each line whole', async () => {
     gateway.logs.length = 0
     const ids = Array.from({ length: 200 }, (_, i) => `many-${i}`)
