@@ -159,7 +159,6 @@ class RedactingLogController extends LogController {
   }
 }
 
-
 export async function buildGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<FastifyInstance> {
   const tls = config.server?.tls
   const realm = config.server?.realm ?? 'portcullis'

@@ -13,7 +13,8 @@ import { describe, expect, it } from 'vitest'
 import { parseAllDocuments, parseDocument } from 'yaml'
 import { loadConfig } from '../src/config/load.js'
 import { parseDuration } from '../src/config/units.js'
-import { parseListen, runPortcullis } from '../src/server/run.js'
+import { runPortcullis } from '../src/server/run.js'
+import { parseListen } from '../src/config/listen.js'
 import { validateManifests } from './support/kubernetes-schema.js'
 
 // Objects are read field by field, as the API server does; `any` keeps that readable.

@@ -30,7 +30,6 @@ function badUrl(value: string): boolean {
   return port !== '' && Number(port) > 65535
 }
 
-
 /** The host of an http:// URL that is not loopback (127.0.0.0/8, ::1, localhost), else undefined. */
 function cleartextHost(value: string | undefined): string | undefined {
   if (!value?.startsWith('http://') || !URL.canParse(value)) return undefined

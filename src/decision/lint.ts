@@ -7,7 +7,6 @@ import { parseDuration } from '../config/units.js'
 import type { RuleProblem } from '../rules/compile.js'
 import { MAX_CACHE_SECONDS, parseRange } from './settings.js'
 
-
 export function lintDecision(config: GatewayConfig): RuleProblem[] {
   const decision = config.decision
   if (decision === undefined) return []

@@ -40,20 +40,36 @@ export async function readinessProblems(gateway: FastifyInstance, config: () => 
   return problems
 }
 
-export async function buildAdmin(gateway: FastifyInstance, config: () => GatewayConfig): Promise<FastifyInstance> {
+/** What the admin listener serves: the metrics' text, and why the process (or its workers) cannot serve. */
+export interface AdminSources {
+  metrics(): Promise<string>
+  readonly contentType: string
+  readiness(): Promise<string[]>
+}
+
+/** The admin listener's routes, for one process (below) and for the primary of several workers (cluster.ts). */
+export async function adminServer(sources: AdminSources): Promise<FastifyInstance> {
   const admin = Fastify({ logger: false })
-  const { registry } = gateway.metrics
   admin.get('/metrics', async (_request, reply) => {
-    const body = await registry.metrics()
-    return reply.header('content-type', registry.contentType).header('cache-control', 'no-store').send(body)
+    const body = await sources.metrics()
+    return reply.header('content-type', sources.contentType).header('cache-control', 'no-store').send(body)
   })
   admin.get('/healthz', async (_request, reply) => reply.header('cache-control', 'no-store').send({ status: 'ok' }))
   admin.get('/readyz', async (_request, reply) => {
-    const problems = await readinessProblems(gateway, config)
+    const problems = await sources.readiness()
     reply.header('cache-control', 'no-store')
     if (problems.length > 0) return reply.code(503).send({ status: 'unavailable', reasons: problems })
     return reply.send({ status: 'ready' })
   })
   await admin.ready()
   return admin
+}
+
+export function buildAdmin(gateway: FastifyInstance, config: () => GatewayConfig): Promise<FastifyInstance> {
+  const { registry } = gateway.metrics
+  return adminServer({
+    metrics: () => registry.metrics(),
+    contentType: registry.contentType,
+    readiness: () => readinessProblems(gateway, config),
+  })
 }

@@ -17,13 +17,14 @@
  */
 import cluster, { type Worker } from 'node:cluster'
 import { availableParallelism } from 'node:os'
-import Fastify, { type FastifyInstance } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import pino from 'pino'
 import { AggregatorRegistry } from 'prom-client'
 import { RateLimiterClusterMaster } from 'rate-limiter-flexible'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseListen } from '../config/listen.js'
 import { FirstUseMarks, isClusterMessage, type ClusterMessage } from './cluster-messages.js'
+import { adminServer } from './admin.js'
 
 const FIRST_BACKOFF_MS = 100
 const MAX_BACKOFF_MS = 10_000
@@ -31,6 +32,11 @@ const MAX_BACKOFF_MS = 10_000
 const STABLE_MS = 60_000
 /** A worker asked whether it is ready has this long to answer. */
 const READINESS_TIMEOUT_MS = 2000
+
+/** The workers alive and connected now. */
+function connectedWorkers(): Worker[] {
+  return Object.values(cluster.workers ?? {}).filter((worker): worker is Worker => worker !== undefined && worker.isConnected())
+}
 
 /** How many workers `server.workers` asks for. */
 export function workerCount(config: GatewayConfig): number {
@@ -56,7 +62,7 @@ export async function runPrimary(config: GatewayConfig, count: number): Promise<
   const startedAt = new Map<Worker, number>()
 
   const relay = (from: Worker, message: ClusterMessage) => {
-    for (const worker of Object.values(cluster.workers ?? {})) if (worker && worker !== from && worker.isConnected()) worker.send(message)
+    for (const worker of connectedWorkers()) if (worker !== from) worker.send(message)
   }
   const marks = new FirstUseMarks()
   cluster.on('message', (worker, message: unknown) => {
@@ -101,12 +107,14 @@ export async function runPrimary(config: GatewayConfig, count: number): Promise<
     log.info({ workers: count }, 'all workers started')
   })
 
+  let readinessId = 0
   const readiness = async (): Promise<string[]> => {
-    const workers = Object.values(cluster.workers ?? {}).filter((worker): worker is Worker => worker !== undefined && worker.isConnected())
+    const workers = connectedWorkers()
     const problems: string[] = []
     if (workers.length < count) problems.push(`${workers.length} of ${count} workers running`)
-    const answers = await Promise.all(workers.map((worker, index) => new Promise<readonly string[]>((resolve) => {
-      const id = Date.now() * 1000 + index
+    const answers = await Promise.all(workers.map((worker) => new Promise<readonly string[]>((resolve) => {
+      // One id per question: two scrapes at once each get their own answers.
+      const id = ++readinessId
       const timer = setTimeout(() => { worker.off('message', onAnswer); resolve([`worker ${worker.id} did not answer`]) }, READINESS_TIMEOUT_MS)
       const onAnswer = (message: unknown) => {
         if (!isClusterMessage(message) || message.portcullis !== 'readiness' || message.id !== id) return
@@ -122,24 +130,13 @@ export async function runPrimary(config: GatewayConfig, count: number): Promise<
 
   let admin: FastifyInstance | undefined
   if (config.admin?.listen !== undefined) {
-    admin = Fastify({ logger: false })
-    admin.get('/metrics', async (_request, reply) => {
-      const body = await aggregator.clusterMetrics()
-      return reply.header('content-type', aggregator.contentType).header('cache-control', 'no-store').send(body)
-    })
-    admin.get('/healthz', async (_request, reply) => reply.header('cache-control', 'no-store').send({ status: 'ok' }))
-    admin.get('/readyz', async (_request, reply) => {
-      const problems = await readiness()
-      reply.header('cache-control', 'no-store')
-      if (problems.length > 0) return reply.code(503).send({ status: 'unavailable', reasons: problems })
-      return reply.send({ status: 'ready' })
-    })
+    admin = await adminServer({ metrics: () => aggregator.clusterMetrics(), contentType: aggregator.contentType, readiness })
     const at = parseListen(config.admin.listen)
     await admin.listen({ host: at.host, port: at.port })
   }
 
   process.on('SIGHUP', () => {
-    for (const worker of Object.values(cluster.workers ?? {})) if (worker?.isConnected()) worker.send({ portcullis: 'reload' } satisfies ClusterMessage)
+    for (const worker of connectedWorkers()) worker.send({ portcullis: 'reload' } satisfies ClusterMessage)
   })
 
   let stopped: Promise<void> | undefined

@@ -46,8 +46,6 @@ export interface RunOptions extends GatewayOptions {
   worker?: boolean
 }
 
-export { parseListen } from '../config/listen.js'
-
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
 /** How often a draining server closes the connections that have gone idle. */
