@@ -4,6 +4,8 @@
  * drain on SIGTERM). Exit status 0 ok, 1 config or runtime error, 2 usage error; every error is one
  * line on stderr (a bad config file: one line per problem), never a stack trace.
  */
+// First, before the program loads (and garbage-collects): see the module.
+import './server/tick-shape.js'
 import { existsSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
