@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import pino from 'pino'
-import { LogOutput, RequestLog, type RequestLine } from '../src/server/log-output.js'
+import { HELD_BYTES, LogOutput, RequestLog, type RequestLine } from '../src/server/log-output.js'
 import { lineCollector } from './support/logs.js'
 import { rawRequest, startGateway, testConfig, type RunningGateway } from './support/gateway.js'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
@@ -41,6 +41,16 @@ describe('the request line', () => {
     ['a path a client wrote to break the line', line({ path: '/a"b\\c/é/\u007f/"}\n{"level":60' }), 'request'],
     ['traced', line({ trace_id: '0af7651916cd43dd8448eb211c80319c', span_id: 'b7ad6b7169203331' }), 'request'],
     ['a time that is no number', line({ ms: Number.NaN }), 'request'],
+    ['times of every shape a request takes', line({ ms: 0 }), 'request'],
+    ['a whole number of milliseconds', line({ ms: 120 }), 'request'],
+    ['tenths', line({ ms: 3.1 }), 'request'],
+    ['a time made to test the rounding', line({ ms: 1.005 }), 'request'],
+    ['a very long time', line({ ms: 98_765_432.1 }), 'request'],
+    ['a time that is no hundredth', line({ ms: 1e-7 }), 'request'],
+    ['a huge time', line({ ms: 1e21 }), 'request'],
+    ['an odd status', line({ status: 999 }), 'request'],
+    ['a request id of every character it may have', line({ reqId: 'Az09._:-' }), 'request'],
+    ['a route id and a code at the edges of plain ASCII', line({ route: ' !#[]~', error: '\u007f\u0020' }), 'request denied'],
   ]
   it.each(cases)('%s: the same text pino writes for the same fields', (_name, entry, msg) => {
     const fromPino = recordingOutput()
@@ -91,7 +101,7 @@ describe('the log output', () => {
     expect(order).toEqual(['first', 'between', 'last'])
   })
 
-  it('writes at once what has grown past 64 KiB, without waiting for the turn to end', () => {
+  it('holds at most 64 KiB: a line that would not fit writes out what is held first, never half a line', () => {
     const out = recordingOutput()
     const output = new LogOutput(out.stream)
     const requests = new RequestLog(pino({}, output), output)
@@ -102,8 +112,43 @@ describe('the log output', () => {
       lines++
       expect(lines).toBeLessThan(200)
     }
-    expect(out.writes[0]!.length).toBeGreaterThanOrEqual(64 * 1024)
-    expect(out.writes[0]!.trimEnd().split('\n')).toHaveLength(lines)
+    const written = out.writes[0]!
+    // Held until the next line might not have fitted: its bound is 6 bytes per character of each string field.
+    expect(Buffer.byteLength(written)).toBeLessThanOrEqual(HELD_BYTES)
+    expect(Buffer.byteLength(written)).toBeGreaterThan(HELD_BYTES - 4 * 1024)
+    expect(written.endsWith('}\n')).toBe(true)
+    expect(written.trimEnd().split('\n')).toHaveLength(lines - 1)
+    output.flush()
+    expect(out.writes).toHaveLength(2)
+    expect(JSON.parse(out.writes[1]!)).toMatchObject({ path: long.path })
+  })
+
+  it('a line longer than all that may be held (a reason of 100 000 characters, escaped six-fold) is written whole, after what is held', () => {
+    const out = recordingOutput()
+    const output = new LogOutput(out.stream)
+    const requests = new RequestLog(pino({}, output), output)
+    requests.write({ ...LINE, reqId: 'before' }, 'request')
+    const reason = '\u0001é"'.repeat(33_334)
+    requests.write(line({ reqId: 'long', status: 401, decision: 'denied', error: 'invalid_token', reason }), 'request denied')
+    requests.write({ ...LINE, reqId: 'after' }, 'request')
+    output.flush()
+    expect(out.writes).toHaveLength(3)
+    const entries = out.writes.map((text) => JSON.parse(text) as { reqId: string; reason?: string })
+    expect(entries.map((entry) => entry.reqId)).toEqual(['before', 'long', 'after'])
+    expect(entries[1]!.reason).toBe(reason)
+  })
+
+  it('makes a request id of its own, a version 4 UUID, distinct for every line, when the request brought none', () => {
+    const out = recordingOutput()
+    const output = new LogOutput(out.stream)
+    const requests = new RequestLog(pino({}, output), output)
+    // More than one pool of random bytes (256 ids) is used.
+    for (let i = 0; i < 1000; i++) requests.write(line({ reqId: undefined }), 'request')
+    output.flush()
+    const ids = out.writes.join('').trimEnd().split('\n').map((text) => (JSON.parse(text) as { reqId: string }).reqId)
+    expect(ids).toHaveLength(1000)
+    for (const id of ids) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    expect(new Set(ids).size).toBe(1000)
   })
 
   it('writes what it holds when the process exits in the same turn', () => {

@@ -3,7 +3,6 @@
  * the same for a forwarded request (pipeline.ts) and a decision (src/decision/, issue 23).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { randomUUID } from 'node:crypto'
 import {
   ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, InsufficientScope, MissingToken, RateLimited, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
@@ -66,9 +65,9 @@ export function recordRequest(rt: GatewayRuntime, req: IncomingMessage, res: Ser
     endHttpSpan(span, status)
   }
   if (!LOGS_REQUESTS.has(rt.log.level)) return
-  // The request id names the log line only: made when there is a line to write.
+  // The request id names the log line only: one of our own is made as the line is written (log-output.ts).
   const presented = req.headers['x-request-id']
-  const id = typeof presented === 'string' && REQUEST_ID.test(presented) ? presented : randomUUID()
+  const id = typeof presented === 'string' && REQUEST_ID.test(presented) ? presented : undefined
   const url = req.url ?? ''
   const q = url.indexOf('?')
   // The path only: a query may carry a token (refused, but never logged).
