@@ -4,9 +4,12 @@
  * the JSON body and that nothing reached the upstream.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import type { RecordingUpstream } from './support/upstream.js'
+import { Client } from 'undici'
+import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { bootHarness, resetHarness, shutdownHarness, startHarness, type Harness } from './support/harness.js'
-import { rawRequest } from './support/gateway.js'
+import { rawRequest, startGateway, testConfig, type RunningGateway } from './support/gateway.js'
+import { startTestIssuer, type TestIssuer } from './support/issuer.js'
+import { tokenHash } from '../src/authn/token-cache.js'
 
 // One default gateway for the whole file: every test starts with no recorded request and no log line.
 let shared: Harness
@@ -300,5 +303,73 @@ describe('what is logged', () => {
       expect(text).not.toContain(token)
       expect(text).not.toContain(token.split('.')[2]!)
     }
+  })
+})
+
+describe('one keep-alive connection (the connection keeps its last Bearer header, src/authn/bearer.ts)', () => {
+  let upstream: RecordingUpstream
+  let issuer: TestIssuer
+  let gateway: RunningGateway
+  let client: Client
+  let connections = 0
+  const revoked = new Set<string>()
+
+  beforeAll(async () => {
+    upstream = await startRecordingUpstream()
+    issuer = await startTestIssuer()
+    gateway = await startGateway(testConfig({ upstream, issuer }), { isRevoked: (_principal, hash) => revoked.has(hash) })
+    gateway.app.server.on('connection', () => { connections++ })
+    client = new Client(gateway.url, { pipelining: 1 })
+  })
+  afterAll(async () => {
+    await client.close()
+    await gateway.close()
+    await upstream.close()
+    await issuer.close()
+  })
+
+  /** A GET on the one connection; `authorization` as a list sends that many headers. */
+  async function send(...authorization: string[]): Promise<{ status: number; body: Record<string, unknown> }> {
+    const res = await client.request({ path: '/orders', method: 'GET', headers: authorization.flatMap((value) => ['authorization', value]) })
+    return { status: res.statusCode, body: (await res.body.json()) as Record<string, unknown> }
+  }
+
+  it('a different token after a good one on the same connection is validated as itself: refused when tampered, its own subject when valid', async () => {
+    const good = await issuer.sign()
+    const tampered = good.slice(0, -2) + (good.at(-2) === 'A' ? 'B' : 'A') + good.at(-1)!
+    const other = await issuer.sign({ sub: 'user-2' })
+    const before = connections
+    expect((await send(`Bearer ${good}`)).status).toBe(200)
+    expect(upstream.requests.at(-1)!.headers['x-auth-subject']).toBe('user-1')
+    const count = upstream.requests.length
+    expect(await send(`Bearer ${tampered}`)).toMatchObject({ status: 401, body: { error: 'invalid_token' } })
+    expect(upstream.requests).toHaveLength(count)
+    expect((await send(`Bearer ${other}`)).status).toBe(200)
+    expect(upstream.requests.at(-1)!.headers['x-auth-subject']).toBe('user-2')
+    expect((await send(`Bearer ${good}`)).status).toBe(200)
+    expect(upstream.requests.at(-1)!.headers['x-auth-subject']).toBe('user-1')
+    // All of it on one connection (at most the one the client opened for it).
+    expect(connections - before).toBeLessThanOrEqual(1)
+  })
+
+  it('the header it keeps sent twice is refused (400), and nothing is forwarded', async () => {
+    const good = await issuer.sign()
+    expect((await send(`Bearer ${good}`)).status).toBe(200)
+    const count = upstream.requests.length
+    const before = connections
+    expect(await send(`Bearer ${good}`, `Bearer ${good}`)).toMatchObject({ status: 400, body: { error: 'invalid_request', error_description: 'more than one Authorization header' } })
+    expect(upstream.requests).toHaveLength(count)
+    expect(connections).toBe(before)
+  })
+
+  it('a token revoked between two requests of the connection is refused on the second', async () => {
+    const good = await issuer.sign({ sub: 'user-3' })
+    expect((await send(`Bearer ${good}`)).status).toBe(200)
+    const count = upstream.requests.length
+    const before = connections
+    revoked.add(tokenHash(good))
+    expect(await send(`Bearer ${good}`)).toMatchObject({ status: 401, body: { error: 'invalid_token' } })
+    expect(upstream.requests).toHaveLength(count)
+    expect(connections).toBe(before)
   })
 })

@@ -154,9 +154,9 @@ export class Authenticator {
    * is counted (cache hits included). A verified-JWT cache hit
    * answers synchronously (a Principal, or a throw), everything else with a promise: the hot path costs one
    * hash, one lookup and one increment (of a plain number), with no decoding and no promise.
+   * @param hashOfToken `tokenHash(token)`, when the caller has it (bearer.ts keeps a connection's last one)
    */
-  authenticate(token: string): Principal | Promise<Principal> {
-    const hashOfToken = tokenHash(token)
+  authenticate(token: string, hashOfToken = tokenHash(token)): Principal | Promise<Principal> {
     const isJwt = looksLikeJwt(token)
     const key = this.policyTag + hashOfToken
     const hit = isJwt ? this.jwtCache?.get(key) : undefined

@@ -1,7 +1,8 @@
 import type { IncomingMessage } from 'node:http'
 import { describe, expect, it } from 'vitest'
 import { InvalidRequest } from '../errors/oauth-errors.js'
-import { extractBearerToken, rejectQueryToken } from './bearer.js'
+import { bearerToken, extractBearerToken, rejectQueryToken } from './bearer.js'
+import { tokenHash } from './token-cache.js'
 
 /** The two fields extractBearerToken reads, shaped as node:http fills them. */
 function request(...authorization: string[]): IncomingMessage {
@@ -48,6 +49,55 @@ describe('extractBearerToken', () => {
     expect(extractBearerToken(request(`Bearer ${'a'.repeat(64)}`), 64)).toHaveLength(64)
     expect(extractBearerToken(request(`Bearer     ${'a'.repeat(64)}`), 64)).toHaveLength(64)
     expect(rejection(() => extractBearerToken(request(`Bearer ${'a'.repeat(65)}`), 64)).description).toBe('the access token is too large')
+  })
+})
+
+describe('bearerToken: the token and its hash, kept with the connection', () => {
+  /** Requests on one connection (a plain object stands for the socket). */
+  const on = (connection: object) => (...authorization: string[]) =>
+    Object.assign(request(...authorization), { socket: connection }) as IncomingMessage
+
+  it('gives every header its own token and hash on one connection, whatever came before', () => {
+    const send = on({})
+    const tokens = ['abc.def.ghi', 'abc.def.ghj', 'abc.def.gh', 'xyz']
+    for (const token of [...tokens, ...tokens.reverse()]) {
+      const found = bearerToken(send(`Bearer ${token}`), 100)
+      expect(found).toMatchObject({ token, hash: tokenHash(token) })
+    }
+    // The same token in another spelling of the header.
+    expect(bearerToken(send('bearer  xyz'), 100)).toMatchObject({ token: 'xyz', hash: tokenHash('xyz') })
+  })
+
+  it('checks for a second Authorization header on every request, the kept one included', () => {
+    const send = on({})
+    expect(bearerToken(send('Bearer abc'), 100)?.token).toBe('abc')
+    expect(rejection(() => bearerToken(send('Bearer abc', 'Bearer abc'), 100)).description).toBe('more than one Authorization header')
+    expect(rejection(() => bearerToken(send('Bearer abc', 'Bearer other'), 100)).description).toBe('more than one Authorization header')
+  })
+
+  it('applies the size limit of each request to the kept token (a reload may lower it)', () => {
+    const send = on({})
+    expect(bearerToken(send(`Bearer ${'a'.repeat(64)}`), 64)?.token).toHaveLength(64)
+    expect(rejection(() => bearerToken(send(`Bearer ${'a'.repeat(64)}`), 63)).description).toBe('the access token is too large')
+  })
+
+  it('refuses a malformed header after a good one, and reads another scheme as no Bearer credentials', () => {
+    const send = on({})
+    expect(bearerToken(send('Bearer abc'), 100)?.token).toBe('abc')
+    expect(rejection(() => bearerToken(send('Bearer abc def'), 100)).description).toBe('malformed Bearer credentials')
+    expect(rejection(() => bearerToken(send('Bearer abc"'), 100)).description).toBe('malformed Bearer credentials')
+    expect(bearerToken(send('Basic YWJj'), 100)).toBeUndefined()
+    expect(bearerToken(send(), 100)).toBeUndefined()
+    expect(bearerToken(send('Bearer abc'), 100)?.token).toBe('abc')
+  })
+
+  it('keeps nothing from one connection for another', () => {
+    const first = {}
+    const second = {}
+    expect(bearerToken(on(first)('Bearer abc'), 100)?.token).toBe('abc')
+    expect(bearerToken(on(second)('Bearer xyz'), 100)?.token).toBe('xyz')
+    expect(bearerToken(on(first)('Bearer abc'), 100)?.hash).toBe(tokenHash('abc'))
+    expect(Object.getOwnPropertySymbols(second).map((symbol) => (second as Record<symbol, { token: string }>)[symbol]!.token)).toEqual(['xyz'])
   })
 })
 

@@ -3,7 +3,7 @@
  * authorization. Shared by the proxy (pipeline.ts) and the decision endpoint (src/decision/, issue 23).
  */
 import type { IncomingMessage } from 'node:http'
-import { extractBearerToken, rejectQueryToken } from '../authn/bearer.js'
+import { bearerToken, rejectQueryToken, type BearerToken } from '../authn/bearer.js'
 import type { Principal } from '../authn/principal.js'
 import { authorize } from '../authz/scopes.js'
 import { GatewayError, MethodNotAllowed, MissingToken, NoMatchingRoute } from '../errors/oauth-errors.js'
@@ -36,12 +36,12 @@ export function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: Com
   if (header !== undefined && rule.dpop !== 'off' && isDpopScheme(header)) {
     return authenticateDpop(rt, req, rule, path, segments, check, rt.dpop.token(header, rt.maxTokenSize), decision)
   }
-  const token = extractBearerToken(req, rt.maxTokenSize)
+  const token = bearerToken(req, rt.maxTokenSize)
   if (token === undefined) {
     if (rule.auth === 'optional') return undefined
     throw rule.dpop === 'required' ? new MissingToken(rt.dpop.settings.algs) : new MissingToken()
   }
-  const found = tracing() === null ? rt.authenticator.authenticate(token) : authenticateTraced(rt, token)
+  const found = tracing() === null ? rt.authenticator.authenticate(token.token, token.hash) : authenticateTraced(rt, token)
   if (found instanceof Promise) {
     return found.then((principal) => {
       if (principal.jkt !== undefined || rule.dpop === 'required' || rt.dpop.issuerRequires) rt.dpop.refuseBearer(principal, rule.dpop)
@@ -59,7 +59,7 @@ export function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: Com
  * `rt.authenticator.authenticate` in an `authenticate` span (issue 22): a cache hit is answered at once
  * (`portcullis.cache.hit: true`); a miss's JWKS fetch or introspection call are its children.
  */
-function authenticateTraced(rt: GatewayRuntime, token: string): Principal | Promise<Principal> {
+function authenticateTraced(rt: GatewayRuntime, token: BearerToken): Principal | Promise<Principal> {
   const tracer = tracing()!
   const { span, context } = tracer.startChild('authenticate', SpanKind.INTERNAL)
   const end = (error?: unknown) => {
@@ -68,7 +68,7 @@ function authenticateTraced(rt: GatewayRuntime, token: string): Principal | Prom
   }
   let found: Principal | Promise<Principal>
   try {
-    found = tracer.within(context, () => rt.authenticator.authenticate(token))
+    found = tracer.within(context, () => rt.authenticator.authenticate(token.token, token.hash))
   } catch (error) {
     span.setAttribute('portcullis.cache.hit', false)
     end(error)
