@@ -170,9 +170,13 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
 
   // stdout, written synchronously: request lines come a turn's worth at a time (log-output.ts), so a write
   // is rare enough to need no worker thread, and nothing piles up in memory when stdout is slow.
+  const buffered = options.logStream ? undefined : bufferedStdout(config.log)
   const logOutput = options.logStream
     ? new LogOutput(options.logStream)
-    : new LogOutput(bufferedStdout(config.log) ?? pino.destination({ dest: 1, sync: true }), true)
+    : buffered
+      ? new LogOutput(buffered, true)
+      // Unbuffered: the request lines go to the descriptor as bytes (log-output.ts), pino's own lines through its destination.
+      : new LogOutput(pino.destination({ dest: 1, sync: true }), true, 1)
   const app = Fastify({
     logger: {
       level: config.log?.level ?? 'info',

@@ -3,7 +3,7 @@
  * be the line pino would write, held lines must keep their place among pino's own, and none may be lost
  * at exit; a path or request id made to break the JSON must not.
  */
-import { spawnSync } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -167,6 +167,81 @@ describe('the log output', () => {
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', cwd: process.cwd() })
     expect(run.status, run.stderr).toBe(0)
     expect(run.stdout.trimEnd().split('\n').map((line) => (JSON.parse(line) as { reqId: string }).reqId)).toEqual(['exit-0', 'exit-1', 'exit-2'])
+  })
+})
+
+describe('the log output on a file descriptor (the process\'s stdout)', () => {
+  /** Runs `body` in a child process with LogOutput, RequestLog and pino in scope; its stdout as written. */
+  async function child(body: string, { readAfterMs = 0 } = {}): Promise<{ status: number | null; stdout: string; stderr: string }> {
+    const module = path.resolve('dist/server/log-output.js')
+    if (!existsSync(module)) throw new Error('dist/ is missing: run `npm run build` (npm test does it in pretest)')
+    const script = `
+      import fs from 'node:fs'
+      import pino from 'pino'
+      import { LogOutput, RequestLog } from ${JSON.stringify(module)}
+      ${body}`
+    const proc = spawn(process.execPath, ['--input-type=module', '-e', script], { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'pipe'] })
+    // Not read at first: the pipe fills and the writer meets EAGAIN.
+    proc.stdout.pause()
+    const chunks: Buffer[] = []
+    let stderr = ''
+    proc.stderr.on('data', (chunk: Buffer) => { stderr += String(chunk) })
+    proc.stdout.on('data', (chunk: Buffer) => chunks.push(chunk))
+    setTimeout(() => proc.stdout.resume(), readAfterMs)
+    const status = await new Promise<number | null>((resolve) => proc.on('close', resolve))
+    return { status, stdout: Buffer.concat(chunks).toString('utf8'), stderr }
+  }
+
+  it('writes the held bytes to the descriptor whole and in order, with pino\'s own lines in their places, and at exit', async () => {
+    const run = await child(`
+      const output = new LogOutput(pino.destination({ dest: 1, sync: true }), true, 1)
+      const logger = pino({}, output)
+      const requests = new RequestLog(logger, output)
+      requests.write({ reqId: 'r-1', route: 'r', method: 'GET', path: '/é/漢', status: 200, decision: 'forwarded', ms: 1 }, 'request')
+      logger.warn('between')
+      requests.write({ reqId: 'r-2', route: 'r', method: 'GET', path: '/', status: 200, decision: 'forwarded', ms: 1 }, 'request')
+      setImmediate(() => {
+        requests.write({ reqId: 'r-3', route: 'r', method: 'GET', path: '/', status: 200, decision: 'forwarded', ms: 1 }, 'request')
+        process.exit(0)
+      })`)
+    expect(run.status, run.stderr).toBe(0)
+    const entries = run.stdout.trimEnd().split('\n').map((line) => JSON.parse(line) as { reqId?: string; msg: string; path?: string })
+    expect(entries.map((entry) => entry.reqId ?? entry.msg)).toEqual(['r-1', 'between', 'r-2', 'r-3'])
+    expect(entries[0]!.path).toBe('/é/漢')
+  })
+
+  it('waits for a full non-blocking pipe (EAGAIN) and loses no line: 8 MB of request lines against a reader that starts late', async () => {
+    const run = await child(`
+      // Node's own process.stdout makes the descriptor non-blocking: a full pipe answers EAGAIN, not a wait.
+      void process.stdout
+      const fd = 1
+      let eagain = 0
+      const writeSync = fs.writeSync
+      fs.writeSync = (...args) => { try { return writeSync(...args) } catch (error) { if (error.code === 'EAGAIN') eagain++; throw error } }
+      ;(await import('node:module')).syncBuiltinESMExports()
+      process.on('exit', () => process.stderr.write('EAGAIN ' + eagain))
+      const output = new LogOutput(pino.destination({ dest: fd, sync: true }), true, fd)
+      const logger = pino({}, output)
+      const requests = new RequestLog(logger, output)
+      const path = '/' + 'x'.repeat(400)
+      let n = 0
+      const turn = () => {
+        for (let i = 0; i < 100; i++) requests.write({ reqId: 'r-' + n++, route: 'r', method: 'GET', path, status: 200, decision: 'forwarded', ms: 1 }, 'request')
+        if (n % 5000 === 0) logger.warn('mark ' + n)
+        if (n < 16000) setImmediate(turn)
+      }
+      turn()`, { readAfterMs: 500 })
+    expect(run.status, run.stderr).toBe(0)
+    // The pipe did fill (the test proves the wait, not only the write).
+    expect(Number(/EAGAIN (\d+)/.exec(run.stderr)?.[1])).toBeGreaterThan(0)
+    expect(run.stdout.length).toBeGreaterThan(8_000_000)
+    const entries = run.stdout.trimEnd().split('\n').map((line) => JSON.parse(line) as { reqId?: string; msg: string })
+    const expected: string[] = []
+    for (let n = 0; n < 16000; n++) {
+      expected.push(`r-${n}`)
+      if ((n + 1) % 5000 === 0) expected.push(`mark ${n + 1}`)
+    }
+    expect(entries.map((entry) => entry.reqId ?? entry.msg)).toEqual(expected)
   })
 })
 

@@ -13,8 +13,12 @@
  *   the order in which the lines were made. A line is never split between two writes.
  */
 import { randomFillSync } from 'node:crypto'
+import { writeSync } from 'node:fs'
 import pino from 'pino'
 import type { FastifyBaseLogger } from 'fastify'
+
+/** Waited on (never woken) to pause while a full pipe drains. */
+const PAUSE = new Int32Array(new SharedArrayBuffer(4))
 
 /** Held request lines, in bytes: a line that would not fit writes out what is held first. */
 export const HELD_BYTES = 64 * 1024
@@ -25,8 +29,13 @@ export class LogOutput implements pino.DestinationStream {
   private used = 0
   private scheduled = false
 
-  /** @param atExit write out what is held when the process exits (the process's own stdout; not a test's stream) */
-  constructor(private readonly out: pino.DestinationStream, private readonly atExit = false) {
+  /**
+   * @param atExit write out what is held when the process exits (the process's own stdout; not a test's stream)
+   * @param fd the file descriptor `out` writes to, unbuffered and synchronously (pino.destination({ dest, sync: true })):
+   *   held lines are then written to it as they are, bytes, without being made a string for `out` first (0.3–1 µs a
+   *   write). `out` writes pino's own lines, and whatever the descriptor refuses.
+   */
+  constructor(private readonly out: pino.DestinationStream, private readonly atExit = false, private readonly fd?: number) {
     if (atExit) process.once('exit', this.flushSync)
   }
 
@@ -68,14 +77,37 @@ export class LogOutput implements pino.DestinationStream {
   /** Writes out the request lines held (at close and at exit too); `done` as pino's `logger.flush(done)` expects. */
   flush(done?: (error?: Error) => void): void {
     if (this.used !== 0) {
-      const text = this.bytes.toString('utf8', 0, this.used)
+      const length = this.used
       this.used = 0
-      this.out.write(text)
+      if (this.fd === undefined) this.out.write(this.bytes.toString('utf8', 0, length))
+      else this.writeHeld(length)
     }
     if (done === undefined) return
     const out = this.out as { flush?: (done: (error?: Error) => void) => void }
     if (typeof out.flush === 'function') out.flush(done)
     else done()
+  }
+
+  /**
+   * `bytes[0, length)` to the descriptor, whole: a full non-blocking pipe (EAGAIN) is waited for, 10 ms at a
+   * time, as pino's destination waits in its synchronous mode (so nothing is left pending behind pino's own
+   * next line). Any other error is left to `out`, given what was not written.
+   */
+  private writeHeld(length: number): void {
+    let at = 0
+    while (at < length) {
+      try {
+        at += writeSync(this.fd!, this.bytes, at, length - at)
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code
+        if (code === 'EAGAIN' || code === 'EBUSY') {
+          Atomics.wait(PAUSE, 0, 0, 10)
+          continue
+        }
+        this.out.write(this.bytes.toString('utf8', at, length))
+        return
+      }
+    }
   }
 
   /**
