@@ -91,6 +91,15 @@ describe('bearerToken: the token and its hash, kept with the connection', () => 
     expect(bearerToken(send('Bearer abc'), 100)?.token).toBe('abc')
   })
 
+  it('keeps no header over 4 KiB on an idle connection (memory a client could pile up over many connections)', () => {
+    const connection = {}
+    const long = `Bearer ${'a'.repeat(5000)}`
+    expect(bearerToken(on(connection)(long), 8192)).toMatchObject({ token: 'a'.repeat(5000), hash: tokenHash('a'.repeat(5000)) })
+    expect(Object.getOwnPropertySymbols(connection)).toEqual([])
+    expect(bearerToken(on(connection)('Bearer short'), 8192)?.token).toBe('short')
+    expect(Object.getOwnPropertySymbols(connection)).toHaveLength(1)
+  })
+
   it('keeps nothing from one connection for another', () => {
     const first = {}
     const second = {}

@@ -54,6 +54,11 @@ export interface BearerToken {
 
 /** The last Bearer token read on a connection. */
 const LAST_BEARER = Symbol('portcullis.lastBearer')
+/**
+ * Longer headers are not kept: an idle connection holds at most this much more memory for it (a JWT is
+ * rarely over 2 KiB; `server.max_token_size` may allow 8 KiB or more).
+ */
+const KEPT_HEADER_MAX = 4096
 type ConnectionWithBearer = { [LAST_BEARER]?: BearerToken }
 
 /**
@@ -62,7 +67,7 @@ type ConnectionWithBearer = { [LAST_BEARER]?: BearerToken }
  * a request whose header is that very text (compared in full) skips the parse and the SHA-256, about 3 µs of
  * the cache-hit path's CPU. Nothing else is skipped: the second-header check and the size limit (a reload
  * may lower it) run on every request, and the token is validated as always. The kept header lives as long as
- * its connection, on that connection only.
+ * its connection, on that connection only, and only up to 4 KiB.
  */
 export function bearerToken(req: IncomingMessage, maxTokenSize: number): BearerToken | undefined {
   const header = req.headers.authorization
@@ -77,7 +82,7 @@ export function bearerToken(req: IncomingMessage, maxTokenSize: number): BearerT
   const token = bearerTokenOf(header, maxTokenSize)
   if (token === undefined) return undefined
   const found: BearerToken = { header, token, hash: tokenHash(token) }
-  if (connection) connection[LAST_BEARER] = found
+  if (connection && header.length <= KEPT_HEADER_MAX) connection[LAST_BEARER] = found
   return found
 }
 
