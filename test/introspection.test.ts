@@ -144,6 +144,9 @@ async function expectUnavailable(s: Setup, token: string): Promise<void> {
   expect(await res.json()).toEqual(UNAVAILABLE_BODY)
   expect(s.upstream.requests).toHaveLength(0)
   expect(lastReason(s.gateway, 'request failed')).toBe('introspection_unavailable')
+  // A failure's line (pino's, with the stack) carries a request id too: a UUID when the request sent none.
+  const failed = s.gateway.logs.map((line) => JSON.parse(line) as { msg?: string; reqId?: unknown }).filter((entry) => entry.msg === 'request failed').at(-1)
+  expect(failed?.reqId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
   const logs = s.gateway.logs.join('')
   expect(logs).not.toContain(token)
   expect(logs).not.toContain(s.idp.clientSecret)

@@ -3,6 +3,7 @@
  * the same for a forwarded request (pipeline.ts) and a decision (src/decision/, issue 23).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { randomUUID } from 'node:crypto'
 import {
   ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, InsufficientScope, MissingToken, RateLimited, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
@@ -87,7 +88,8 @@ export function recordRequest(rt: GatewayRuntime, req: IncomingMessage, res: Ser
   // The line of (nearly) every request: built as text and written with the others of this turn (log-output.ts).
   if (outcome.error === '') rt.requestLog.write(entry, 'request')
   else if (status < 500) rt.requestLog.write(entry, 'request denied')
-  else rt.log.error({ ...entry, err: outcome.cause }, 'request failed')
+  // Our own failure, through pino with its stack: an id of its own made here when the request brought none.
+  else rt.log.error({ ...entry, reqId: entry.reqId ?? randomUUID(), err: outcome.cause }, 'request failed')
 }
 
 /** The error to answer for `error` (a 500 for anything not ours), noted in `outcome` and in the denial metrics. */
