@@ -143,21 +143,13 @@ export interface RequestLine {
 
 const ascii = (text: string): Uint8Array => Buffer.from(text, 'latin1')
 const LEVEL_TIME = ascii('{"level":30,"time":')
-const ROUTE = ascii(',"route":')
-const METHOD = ascii(',"method":')
-const PATH = ascii(',"path":')
-const STATUS = ascii(',"status":')
-const DECISION = ascii(',"decision":')
-const ERROR = ascii(',"error":')
-const REASON = ascii(',"reason":')
-const MS = ascii(',"ms":')
-const TRACE_ID = ascii(',"trace_id":')
-const SPAN_ID = ascii(',"span_id":')
+/** `,"name":` for each field after the request id. */
+const FIELDS = ['route', 'method', 'path', 'status', 'decision', 'error', 'reason', 'ms', 'trace_id', 'span_id'] as const
+const FIELD = Object.fromEntries(FIELDS.map((name) => [name, ascii(`,"${name}":`)])) as Record<typeof FIELDS[number], Uint8Array>
 const NULL = ascii('null')
 const MESSAGES = { 'request': ascii(',"msg":"request"}\n'), 'request denied': ascii(',"msg":"request denied"}\n') }
 /** The constant bytes of a line with every field, and the most a number takes (`-1.2345678901234567e-300`). */
-const FIXED = LEVEL_TIME.length + ROUTE.length + METHOD.length + PATH.length + STATUS.length + DECISION.length + ERROR.length
-  + REASON.length + MS.length + TRACE_ID.length + SPAN_ID.length + MESSAGES['request denied'].length + 3 * 24
+const FIXED = LEVEL_TIME.length + FIELDS.reduce((sum, name) => sum + FIELD[name].length, 0) + MESSAGES['request denied'].length + 3 * 24
 /** The most bytes a string of `text.length` UTF-16 units takes in JSON: `\u001f` for each, and the quotes. */
 const most = (text: string | undefined): number => (text === undefined ? 0 : 6 * text.length + 2)
 
@@ -191,17 +183,17 @@ export class RequestLog {
     bytes.set(this.bindings, at)
     at += this.bindings.length
     at = entry.reqId === undefined ? this.ids.write(bytes, at) : writeString(bytes, at, entry.reqId)
-    if (entry.route !== undefined) at = writeString(bytes, put(bytes, at, ROUTE), entry.route)
-    if (entry.method !== undefined) at = writeString(bytes, put(bytes, at, METHOD), entry.method)
-    at = writeString(bytes, put(bytes, at, PATH), entry.path)
-    at = writeNumber(bytes, put(bytes, at, STATUS), entry.status)
-    at = writeString(bytes, put(bytes, at, DECISION), entry.decision)
-    if (entry.error !== undefined) at = writeString(bytes, put(bytes, at, ERROR), entry.error)
-    if (entry.reason !== undefined) at = writeString(bytes, put(bytes, at, REASON), entry.reason)
-    at = writeNumber(bytes, put(bytes, at, MS), entry.ms)
+    if (entry.route !== undefined) at = writeString(bytes, put(bytes, at, FIELD.route), entry.route)
+    if (entry.method !== undefined) at = writeString(bytes, put(bytes, at, FIELD.method), entry.method)
+    at = writeString(bytes, put(bytes, at, FIELD.path), entry.path)
+    at = writeNumber(bytes, put(bytes, at, FIELD.status), entry.status)
+    at = writeString(bytes, put(bytes, at, FIELD.decision), entry.decision)
+    if (entry.error !== undefined) at = writeString(bytes, put(bytes, at, FIELD.error), entry.error)
+    if (entry.reason !== undefined) at = writeString(bytes, put(bytes, at, FIELD.reason), entry.reason)
+    at = writeNumber(bytes, put(bytes, at, FIELD.ms), entry.ms)
     if (entry.trace_id !== undefined && entry.span_id !== undefined) {
-      at = writeString(bytes, put(bytes, at, TRACE_ID), entry.trace_id)
-      at = writeString(bytes, put(bytes, at, SPAN_ID), entry.span_id)
+      at = writeString(bytes, put(bytes, at, FIELD.trace_id), entry.trace_id)
+      at = writeString(bytes, put(bytes, at, FIELD.span_id), entry.span_id)
     }
     return put(bytes, at, MESSAGES[msg])
   }

@@ -85,7 +85,7 @@ export function recordRequest(rt: GatewayRuntime, req: IncomingMessage, res: Ser
     entry.trace_id = traced.traceId
     entry.span_id = traced.spanId
   }
-  // The line of (nearly) every request: built as text and written with the others of this turn (log-output.ts).
+  // The line of (nearly) every request: written as bytes, and out with the others of this turn (log-output.ts).
   if (outcome.error === '') rt.requestLog.write(entry, 'request')
   else if (status < 500) rt.requestLog.write(entry, 'request denied')
   // Our own failure, through pino with its stack: an id of its own made here when the request brought none.
