@@ -10,6 +10,7 @@ import type { ClaimHeader } from '../claims/headers.js'
 import { readClaim } from '../claims/path.js'
 import { GATEWAY_COOKIES } from '../authserver/browser/session.js'
 import { InvalidToken } from '../errors/oauth-errors.js'
+import { FieldStrings } from './field-strings.js'
 
 export type OutgoingHeaders = Record<string, string | string[]>
 
@@ -205,6 +206,9 @@ export function setIdentityHeaders(out: OutgoingHeaders, principal: Principal, p
   if (routeClaimHeaders) setClaimHeaders(out, principal.claims, routeClaimHeaders)
 }
 
+/** The strings of one field at a time (field-strings.ts): responseHeaderList runs to the end before the next call. */
+const FIELD = new FieldStrings()
+
 const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade',
   'proxy-authenticate', 'proxy-authorization'])
 
@@ -216,10 +220,11 @@ const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connecti
 export function responseHeaderList(raw: readonly Buffer[]): string[] {
   const out: string[] = []
   let connection: string | undefined
+  const field = FIELD
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!.toString('latin1')
-    const lower = name.toLowerCase()
-    const value = raw[i + 1]!.toString('latin1')
+    field.read(raw[i]!, raw[i + 1]!)
+    const lower = field.name
+    const value = field.value
     if (lower === 'connection') connection = connection === undefined ? value : `${connection},${value}`
     if (!RESPONSE_HOP_BY_HOP.has(lower)) out.push(lower, value)
   }
