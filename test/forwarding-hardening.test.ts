@@ -64,12 +64,28 @@ describe('identity header values read one way (item 8)', () => {
   ] as const) {
     it(`refuses a token whose sub has ${what} with 401 invalid_token, nothing forwarded`, async ({ onTestFinished }) => {
       const { upstream, gateway, bearer } = await setup(onTestFinished)
-      const res = await send(`${gateway.url}/orders`, { headers: { authorization: await bearer({ sub }) } })
-      expect(res.status).toBe(401)
-      expect(res.headers['www-authenticate']).toContain('error="invalid_token"')
+      const authorization = await bearer({ sub })
+      // The second time from the token cache: its principal is refused again, not remembered as forwarded.
+      for (let i = 0; i < 2; i++) {
+        const res = await send(`${gateway.url}/orders`, { headers: { authorization } })
+        expect(res.status).toBe(401)
+        expect(res.headers['www-authenticate']).toContain('error="invalid_token"')
+      }
       expect(upstream.requests).toHaveLength(0)
     })
   }
+
+  it("gives each cached principal its own values: two tokens in turn, each forwarded with its own identity", async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished)
+    const alice = await bearer({ sub: 'alice', client_id: 'app-a', scope: 'orders:read' })
+    const bob = await bearer({ sub: 'bob', client_id: 'app-b', scope: 'orders:read orders:write' })
+    for (let i = 0; i < 3; i++) {
+      for (const authorization of [alice, bob]) expect((await send(`${gateway.url}/orders`, { headers: { authorization } })).status).toBe(200)
+    }
+    const seen = upstream.requests.map(({ headers }) => [headers['x-auth-subject'], headers['x-auth-client-id'], headers['x-auth-scopes']])
+    const pair = [['alice', 'app-a', 'orders:read'], ['bob', 'app-b', 'orders:read orders:write']]
+    expect(seen).toEqual([...pair, ...pair, ...pair])
+  })
 
   it('refuses a scope with a comma and a client_id with spaces around it', async ({ onTestFinished }) => {
     const { upstream, gateway, bearer } = await setup(onTestFinished)
