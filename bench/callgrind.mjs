@@ -1,0 +1,170 @@
+#!/usr/bin/env node
+// Instructions per request of a proxy row, counted by valgrind's callgrind (issue 24): for A/B of changes
+// smaller than a noisy VM's run-to-run spread in CPU time. A measurement, not a test.
+//
+//   npm run build && node bench/callgrind.mjs [--scenario floor|c|d] [--reps 3] [--warmup 40000]
+//                                             [--requests 5000] [--against DIR]
+//
+// The process under test (bench/minimal-proxy.mjs for (floor); `portcullis start` with bench/run.mjs's (c)
+// or (d) config otherwise, log level warn) runs under `valgrind --tool=callgrind --smc-check=all-non-file`
+// with counting off; the upstream (bench/servers.mjs) and this process, the load (20 keep-alive connections,
+// undici), run beside it. After `warmup` requests counting is switched on for `requests` more, then dumped.
+// Reported: every thread's instructions per request except those of V8's compilers and parsers, which under
+// valgrind keep compiling long after the warm-up and add 1,000 to 23,000 a request, differently each run;
+// `total` includes them. --against DIR: the same on DIR's build (a checkout with dist/ and node_modules),
+// interleaved rep by rep. Needs valgrind (Debian's package). Each rep takes about a minute.
+import { spawn, spawnSync } from 'node:child_process'
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+import { Pool } from 'undici'
+import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+const { values: opts } = parseArgs({
+  options: {
+    scenario: { type: 'string', default: 'd' },
+    reps: { type: 'string', default: '3' },
+    warmup: { type: 'string', default: '40000' },
+    requests: { type: 'string', default: '5000' },
+    against: { type: 'string' },
+  },
+})
+if (!['floor', 'c', 'd'].includes(opts.scenario)) throw new Error('--scenario is floor, c or d')
+if (spawnSync('valgrind', ['--version']).status !== 0) throw new Error('valgrind is not installed (apt-get install valgrind)')
+
+/** Symbols of V8's compilation work (C++ in the node binary): left out of the steady count. */
+const COMPILING = /compiler::|Compil|Parser|Scanner|Bytecode|Turbofan|Maglev|interpreter::|Deoptimizer|Zone|SourcePosition|baseline::|wasm::/
+const CONNECTIONS = 20
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-callgrind-'))
+
+function start(argv) {
+  const proc = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], cwd: root })
+  let out = ''
+  let err = ''
+  proc.stdout.on('data', (chunk) => { out += chunk })
+  proc.stderr.on('data', (chunk) => { err += chunk })
+  return { proc, out: () => out, err: () => err }
+}
+
+async function portOf(started) {
+  for (let i = 0; i < 12_000; i++) {
+    const found = started.out().match(/"port":(\d+)/)
+    if (found) return Number(found[1])
+    if (started.proc.exitCode !== null) break
+    await sleep(10)
+  }
+  throw new Error(`no port: ${started.err().slice(0, 500)}`)
+}
+
+const upstream = start([process.execPath, 'bench/servers.mjs', 'upstream'])
+const upstreamUrl = `http://127.0.0.1:${await portOf(upstream)}`
+const keys = generateKeys()
+const jwksFile = path.join(dir, 'jwks.json')
+writeFileSync(jwksFile, JSON.stringify(keys.jwks))
+const token = mintTokens('ES256', keys.ES256, { count: 1, prefix: 'load-user-' })[0]
+
+function config(port) {
+  const routes = opts.scenario === 'c'
+    ? 'routes: [ { id: items, path: "/api/**", upstream: items, auth: none } ]'
+    : `issuers:\n  - { issuer: "${ISSUER}", jwks_file: "${jwksFile}", audience: [${AUDIENCE}], algorithms: [ES256, RS256] }\n` +
+      'routes:\n  - { id: items, path: "/api/**", upstream: items, scopes: { all: ["items:read"] } }'
+  return `server: { listen: "127.0.0.1:${port}" }\nupstreams: { items: { url: "${upstreamUrl}" } }\n${routes}\nlog: { level: warn }\n` +
+    'forward: { identity_headers: { subject: X-Auth-Subject, client_id: X-Auth-Client-Id, scopes: X-Auth-Scopes, issuer: X-Auth-Issuer } }\n'
+}
+
+async function load(base, count) {
+  const pool = new Pool(base, { connections: CONNECTIONS })
+  let sent = 0
+  let failed = 0
+  await Promise.all(Array.from({ length: CONNECTIONS }, async () => {
+    while (sent < count) {
+      sent++
+      const res = await pool.request({ path: '/api/items/42', method: 'GET', headers: { authorization: `Bearer ${token}` } })
+      await res.body.text()
+      if (res.statusCode !== 200) failed++
+    }
+  }))
+  await pool.close()
+  if (failed > 0) throw new Error(`${failed} of ${count} requests were not answered 200`)
+}
+
+/** Instructions per symbol of a callgrind dump, by callgrind_annotate. */
+function symbols(file) {
+  const text = spawnSync('callgrind_annotate', ['--threshold=100', file], { encoding: 'utf8', maxBuffer: 1 << 28 }).stdout
+  const out = []
+  for (const line of text.split('\n')) {
+    const found = line.match(/^\s*([\d,]+) \([^)]*\)\s+(.*)$/)
+    if (found && !found[2].includes('PROGRAM TOTALS')) out.push([Number(found[1].replaceAll(',', '')), found[2]])
+  }
+  return out
+}
+
+async function measure(build, rep) {
+  const out = path.join(dir, `${path.basename(build)}-${rep}`)
+  const valgrind = ['valgrind', '--tool=callgrind', '--smc-check=all-non-file', '--instr-atstart=no', '--cache-sim=no',
+    `--callgrind-out-file=${out}.%p`]
+  let proc
+  let port
+  if (opts.scenario === 'floor') {
+    proc = start([...valgrind, process.execPath, path.join(build, 'bench/minimal-proxy.mjs'), upstreamUrl])
+    port = await portOf(proc)
+  } else {
+    port = 20_000 + Math.floor(Math.random() * 20_000)
+    const file = path.join(dir, `portcullis-${rep}.yaml`)
+    writeFileSync(file, config(port))
+    proc = start([...valgrind, process.execPath, path.join(build, 'dist/cli.js'), 'start', '--config', file])
+    for (let i = 0; ; i++) {
+      const up = await fetch(`http://127.0.0.1:${port}/api/items/42`, { headers: { authorization: `Bearer ${token}` } }).then((res) => res.status === 200, () => false)
+      if (up) break
+      if (i > 1_200 || proc.proc.exitCode !== null) throw new Error(`did not start: ${proc.err().slice(-500)}`)
+      await sleep(100)
+    }
+  }
+  const base = `http://127.0.0.1:${port}`
+  await load(base, Number(opts.warmup))
+  const pid = String(proc.proc.pid)
+  spawnSync('callgrind_control', ['-i', 'on', pid])
+  await load(base, Number(opts.requests))
+  spawnSync('callgrind_control', ['-d', pid])
+  proc.proc.kill('SIGKILL')
+  await sleep(200)
+  const dumps = readdirSync(dir).map((name) => path.join(dir, name)).filter((file) => file.startsWith(`${out}.`) && statSync(file).size > 0)
+  let total = 0
+  let compiling = 0
+  for (const file of dumps) {
+    for (const [count, name] of symbols(file)) {
+      total += count
+      if (COMPILING.test(name)) compiling += count
+    }
+  }
+  const n = Number(opts.requests)
+  return { total: Math.round(total / n), steady: Math.round((total - compiling) / n) }
+}
+
+const builds = [root, ...(opts.against ? [path.resolve(opts.against)] : [])]
+const results = new Map(builds.map((build) => [build, []]))
+try {
+  for (let rep = 1; rep <= Number(opts.reps); rep++) {
+    for (const build of builds) {
+      const result = await measure(build, rep)
+      results.get(build).push(result)
+      console.log(`rep ${rep} ${opts.scenario} ${build === root ? 'this build' : build}: ${result.steady} instructions/request (total ${result.total})`)
+    }
+  }
+} finally {
+  upstream.proc.kill()
+  rmSync(dir, { recursive: true, force: true })
+}
+const median = (values) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return (sorted[(sorted.length - 1) >> 1] + sorted[sorted.length >> 1]) / 2
+}
+for (const [build, runs] of results) {
+  console.log(JSON.stringify({ scenario: opts.scenario, build: build === root ? '.' : build, medianInstructionsPerRequest: median(runs.map((run) => run.steady)),
+    reps: runs.map((run) => run.steady) }))
+}
+process.exit(0)
