@@ -13,16 +13,13 @@
 // valgrind keep compiling long after the warm-up and add 1,000 to 23,000 a request, differently each run;
 // `total` includes them. --against DIR: the same on DIR's build (a checkout with dist/ and node_modules),
 // interleaved rep by rep. Needs valgrind (Debian's package). Each rep takes about a minute.
-import { spawn, spawnSync } from 'node:child_process'
-import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { Pool } from 'undici'
-import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
+import { ROWS, load, root, sleep, startBench, startRow } from './rows.mjs'
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const { values: opts } = parseArgs({
   options: {
     scenario: { type: 'string', default: 'd' },
@@ -32,65 +29,14 @@ const { values: opts } = parseArgs({
     against: { type: 'string' },
   },
 })
-if (!['floor', 'c', 'd'].includes(opts.scenario)) throw new Error('--scenario is floor, c or d')
+if (!ROWS.includes(opts.scenario)) throw new Error(`--scenario is one of ${ROWS.join(', ')}`)
 if (spawnSync('valgrind', ['--version']).status !== 0) throw new Error('valgrind is not installed (apt-get install valgrind)')
 
 /** Symbols of V8's compilation work (C++ in the node binary): left out of the steady count. */
 const COMPILING = /compiler::|Compil|Parser|Scanner|Bytecode|Turbofan|Maglev|interpreter::|Deoptimizer|Zone|SourcePosition|baseline::|wasm::/
 const CONNECTIONS = 20
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-callgrind-'))
-
-function start(argv) {
-  const proc = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], cwd: root })
-  let out = ''
-  let err = ''
-  proc.stdout.on('data', (chunk) => { out += chunk })
-  proc.stderr.on('data', (chunk) => { err += chunk })
-  return { proc, out: () => out, err: () => err }
-}
-
-async function portOf(started) {
-  for (let i = 0; i < 12_000; i++) {
-    const found = started.out().match(/"port":(\d+)/)
-    if (found) return Number(found[1])
-    if (started.proc.exitCode !== null) break
-    await sleep(10)
-  }
-  throw new Error(`no port: ${started.err().slice(0, 500)}`)
-}
-
-const upstream = start([process.execPath, 'bench/servers.mjs', 'upstream'])
-const upstreamUrl = `http://127.0.0.1:${await portOf(upstream)}`
-const keys = generateKeys()
-const jwksFile = path.join(dir, 'jwks.json')
-writeFileSync(jwksFile, JSON.stringify(keys.jwks))
-const token = mintTokens('ES256', keys.ES256, { count: 1, prefix: 'load-user-' })[0]
-
-function config(port) {
-  const routes = opts.scenario === 'c'
-    ? 'routes: [ { id: items, path: "/api/**", upstream: items, auth: none } ]'
-    : `issuers:\n  - { issuer: "${ISSUER}", jwks_file: "${jwksFile}", audience: [${AUDIENCE}], algorithms: [ES256, RS256] }\n` +
-      'routes:\n  - { id: items, path: "/api/**", upstream: items, scopes: { all: ["items:read"] } }'
-  return `server: { listen: "127.0.0.1:${port}" }\nupstreams: { items: { url: "${upstreamUrl}" } }\n${routes}\nlog: { level: warn }\n` +
-    'forward: { identity_headers: { subject: X-Auth-Subject, client_id: X-Auth-Client-Id, scopes: X-Auth-Scopes, issuer: X-Auth-Issuer } }\n'
-}
-
-async function load(base, count) {
-  const pool = new Pool(base, { connections: CONNECTIONS })
-  let sent = 0
-  let failed = 0
-  await Promise.all(Array.from({ length: CONNECTIONS }, async () => {
-    while (sent < count) {
-      sent++
-      const res = await pool.request({ path: '/api/items/42', method: 'GET', headers: { authorization: `Bearer ${token}` } })
-      await res.body.text()
-      if (res.statusCode !== 200) failed++
-    }
-  }))
-  await pool.close()
-  if (failed > 0) throw new Error(`${failed} of ${count} requests were not answered 200`)
-}
+const bench = await startBench(dir)
 
 /** Instructions per symbol of a callgrind dump, by callgrind_annotate. */
 function symbols(file) {
@@ -107,28 +53,11 @@ async function measure(build, rep) {
   const out = path.join(dir, `${path.basename(build)}-${rep}`)
   const valgrind = ['valgrind', '--tool=callgrind', '--smc-check=all-non-file', '--instr-atstart=no', '--cache-sim=no',
     `--callgrind-out-file=${out}.%p`]
-  let proc
-  let port
-  if (opts.scenario === 'floor') {
-    proc = start([...valgrind, process.execPath, path.join(build, 'bench/minimal-proxy.mjs'), upstreamUrl])
-    port = await portOf(proc)
-  } else {
-    port = 20_000 + Math.floor(Math.random() * 20_000)
-    const file = path.join(dir, `portcullis-${rep}.yaml`)
-    writeFileSync(file, config(port))
-    proc = start([...valgrind, process.execPath, path.join(build, 'dist/cli.js'), 'start', '--config', file])
-    for (let i = 0; ; i++) {
-      const up = await fetch(`http://127.0.0.1:${port}/api/items/42`, { headers: { authorization: `Bearer ${token}` } }).then((res) => res.status === 200, () => false)
-      if (up) break
-      if (i > 1_200 || proc.proc.exitCode !== null) throw new Error(`did not start: ${proc.err().slice(-500)}`)
-      await sleep(100)
-    }
-  }
-  const base = `http://127.0.0.1:${port}`
-  await load(base, Number(opts.warmup))
+  const { proc, base } = await startRow(bench, opts.scenario, build, { prefix: valgrind })
+  await load(bench, base, { count: Number(opts.warmup), connections: CONNECTIONS })
   const pid = String(proc.proc.pid)
   spawnSync('callgrind_control', ['-i', 'on', pid])
-  await load(base, Number(opts.requests))
+  await load(bench, base, { count: Number(opts.requests), connections: CONNECTIONS })
   spawnSync('callgrind_control', ['-d', pid])
   proc.proc.kill('SIGKILL')
   await sleep(200)
@@ -156,7 +85,7 @@ try {
     }
   }
 } finally {
-  upstream.proc.kill()
+  bench.upstream.proc.kill()
   rmSync(dir, { recursive: true, force: true })
 }
 const median = (values) => {

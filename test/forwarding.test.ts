@@ -4,6 +4,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto'
 import http from 'node:http'
+import { createRequire } from 'node:module'
 import net from 'node:net'
 import v8 from 'node:v8'
 import vm from 'node:vm'
@@ -391,6 +392,11 @@ describe('forwarding: identity headers', () => {
     for (const name of ['x-user', 'x-client', 'x-scopes', 'x-iss']) expect(publicSeen!.headers, name).not.toHaveProperty(name)
     expect(publicSeen!.headers['x-user-agent-ok']).toBe('kept')
     expect(protectedSeen!.headers).toMatchObject({ 'x-user': 'user-1', 'x-client': 'client-1', 'x-scopes': 'orders:read', 'x-iss': issuer.issuer })
+    // Issue 24: the configured names are entered in undici's table of known names (src/forward/known-names.ts), lower-cased.
+    const known = (createRequire(import.meta.url)('undici/lib/core/constants.js') as { headerNameLowerCasedRecord: Record<string, string> })
+      .headerNameLowerCasedRecord
+    for (const name of ['x-user', 'x-client', 'x-scopes', 'x-iss', 'x-forwarded-port', 'x-real-ip']) expect(known[name], name).toBe(name)
+    expect(known['X-User']).toBeUndefined()
   })
 
   it('forwards the Authorization header by default and never with strip_authorization: true', async ({ onTestFinished }) => {

@@ -93,6 +93,14 @@ export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: bool
 }
 
 /**
+ * The names of the request headers the gateway adds (forwarding, identity, the claim headers `claimHeaderNames`,
+ * the trace context): the same on every request, so entered once in undici's table of known names (known-names.ts).
+ */
+export function addedHeaderNames(policy: HeaderPolicy, claimHeaderNames: readonly string[]): string[] {
+  return [...FORWARDED, policy.subject, policy.clientId, policy.scopes, policy.issuer, ...claimHeaderNames, 'traceparent', 'tracestate']
+}
+
+/**
  * A claim copied into an identity header must read as one value to every parser: visible ASCII with inner
  * spaces only, not empty, no space at either end (RFC 9110 §5.5 parsers trim it: `" admin "` would be `admin`),
  * no `,` (a list separator: `alice, admin` is two values to many) and no `"` (a quoted string is its content

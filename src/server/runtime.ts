@@ -12,7 +12,8 @@ import type { DpopConfig, GatewayConfig } from '../config/schema.js'
 import { parseDuration, parseSize } from '../config/units.js'
 import type { BodyPolicy } from './body-watch.js'
 import { createUpstream, type Upstream } from '../forward/proxy.js'
-import { createHeaderPolicy, type HeaderPolicy } from '../forward/upstream-headers.js'
+import { addedHeaderNames, createHeaderPolicy, type HeaderPolicy } from '../forward/upstream-headers.js'
+import { enterKnownHeaderNames } from '../forward/known-names.js'
 import type { Metrics } from '../metrics/metrics.js'
 import { compileRules } from '../rules/compile.js'
 import { compileClaimPlan, type ClaimPlan } from '../claims/plan.js'
@@ -119,6 +120,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
   }) : null
   const headerPolicy = createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer },
     dpop.settings.forwardProof ? [] : ['dpop'])
+  enterKnownHeaderNames(addedHeaderNames(headerPolicy, plan.headerNames))
   return {
     rules,
     resourceMetadata: byMetadataPath.size > 0 ? byMetadataPath : null,

@@ -1,0 +1,83 @@
+#!/usr/bin/env node
+// Two proxy rows at once on one core, and the ratio of their CPU per request (issue 24). A measurement, not a test.
+//
+//   npm run build && node bench/corun.mjs [--pair floor,d] [--rounds 8] [--duration 5] [--connections 25]
+//                                         [--against DIR]
+//
+// Why: on this VM a row's CPU per request moves by tens of per cent between runs a minute apart (the same
+// (floor) from 37 to 112 µs), so a ratio of two rows measured one after the other, as bench/run.mjs does, is
+// only as good as the VM was steady. Here both processes under test run at the same time, pinned to CPU 0
+// (taskset), each loaded by its own closed-loop load of `connections` keep-alive connections from this
+// process, pinned to CPU 1 with the upstream; each round reads both processes' CPU time (/proc, every
+// thread, user + system) over the same seconds, so whatever the VM does to one it does to the other. A round's
+// ratio is the second row's CPU per request over the first's; reported: every round's and their median.
+// --against DIR: the second row runs DIR's build (a checkout with dist/ and node_modules), for an A/B of the
+// same row (`--pair d,d --against ../old`).
+//
+// What it is not: the two share CPU 0 and its caches, so each row's µs per request is higher than alone (about
+// twice), and not what bench/run.mjs reports; only the ratio is the result. The faster row answers more
+// requests, as a closed loop does. Checked on itself: (floor) against (floor) and (d) against (d) give
+// 0.97–1.03 a round.
+import { readFileSync, readdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { spawnSync } from 'node:child_process'
+import { parseArgs } from 'node:util'
+import { ROWS, load, root, startBench, startRow } from './rows.mjs'
+
+const { values: opts } = parseArgs({
+  options: {
+    pair: { type: 'string', default: 'floor,d' },
+    rounds: { type: 'string', default: '8' },
+    duration: { type: 'string', default: '5' },
+    connections: { type: 'string', default: '25' },
+    warmup: { type: 'string', default: '5' },
+    against: { type: 'string' },
+  },
+})
+const pair = opts.pair.split(',')
+if (pair.length !== 2 || !pair.every((row) => ROWS.includes(row))) throw new Error(`--pair is two of ${ROWS.join(', ')}, e.g. floor,d`)
+if (spawnSync('taskset', ['-c', '0', 'true']).status !== 0) throw new Error('taskset is needed (util-linux) and two CPUs')
+const connections = Number(opts.connections)
+const ms = Number(opts.duration) * 1000
+const TICK_MICROS = 1e6 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100)
+
+/** CPU time of every thread of `pid`, user + system, in µs. */
+function cpuMicros(pid) {
+  let ticks = 0
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    const fields = readFileSync(`/proc/${pid}/task/${task}/stat`, 'utf8').split(') ')[1].split(' ')
+    ticks += Number(fields[11]) + Number(fields[12])
+  }
+  return ticks * TICK_MICROS
+}
+
+// This process (the load) and the upstream on CPU 1; the two processes under test on CPU 0.
+spawnSync('taskset', ['-a', '-p', '-c', '1', String(process.pid)], { stdio: 'ignore' })
+const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-corun-'))
+const bench = await startBench(dir, ['taskset', '-c', '1'])
+const builds = [root, opts.against ? path.resolve(opts.against) : root]
+const label = (i) => `${pair[i]}${opts.against && i === 1 ? ` (${builds[1]})` : ''}`
+const rows = []
+try {
+  for (let i = 0; i < 2; i++) rows.push(await startRow(bench, pair[i], builds[i], { prefix: ['taskset', '-c', '0'] }))
+  await Promise.all(rows.map((row) => load(bench, row.base, { ms: Number(opts.warmup) * 1000, connections })))
+  const ratios = []
+  for (let round = 1; round <= Number(opts.rounds); round++) {
+    const before = rows.map((row) => cpuMicros(row.proc.proc.pid))
+    const answered = await Promise.all(rows.map((row) => load(bench, row.base, { ms, connections })))
+    const perRequest = rows.map((row, i) => (cpuMicros(row.proc.proc.pid) - before[i]) / answered[i])
+    ratios.push(perRequest[1] / perRequest[0])
+    console.log(`round ${round}: ${label(0)} ${perRequest[0].toFixed(1)} µs/req (${answered[0]} req), ` +
+      `${label(1)} ${perRequest[1].toFixed(1)} µs/req (${answered[1]} req), ratio ${ratios.at(-1).toFixed(3)}`)
+  }
+  const sorted = [...ratios].sort((a, b) => a - b)
+  const median = (sorted[(sorted.length - 1) >> 1] + sorted[sorted.length >> 1]) / 2
+  console.log(JSON.stringify({ pair, against: opts.against ?? null, connections, seconds: ms / 1000, ratios: ratios.map((r) => Number(r.toFixed(3))),
+    medianRatio: Number(median.toFixed(3)), min: Number(sorted[0].toFixed(3)), max: Number(sorted.at(-1).toFixed(3)) }))
+} finally {
+  for (const row of rows) row.proc.proc.kill('SIGKILL')
+  bench.upstream.proc.kill()
+  rmSync(dir, { recursive: true, force: true })
+}
+process.exit(0)

@@ -1,0 +1,106 @@
+// The proxy rows measured outside bench/run.mjs (issue 24): bench/callgrind.mjs counts their instructions,
+// bench/corun.mjs their CPU time two at a time. (floor) is bench/minimal-proxy.mjs; (c) and (d) are
+// `portcullis start` with bench/run.mjs's (c) and (d) configs (log level warn); the upstream is
+// bench/servers.mjs. The load is closed-loop over keep-alive connections (undici), one token, GET /api/items/42.
+import { spawn } from 'node:child_process'
+import { writeFileSync } from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { performance } from 'node:perf_hooks'
+import { Pool } from 'undici'
+import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
+
+export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+export const ROWS = ['floor', 'c', 'd']
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Runs `argv`, keeping its output. */
+export function start(argv) {
+  const proc = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], cwd: root })
+  let out = ''
+  let err = ''
+  proc.stdout.on('data', (chunk) => { out += chunk })
+  proc.stderr.on('data', (chunk) => { err += chunk })
+  return { proc, out: () => out, err: () => err }
+}
+
+/** The port a helper prints as {"port":N} once listening. */
+export async function portOf(started) {
+  for (let i = 0; i < 12_000; i++) {
+    const found = started.out().match(/"port":(\d+)/)
+    if (found) return Number(found[1])
+    if (started.proc.exitCode !== null) break
+    await sleep(10)
+  }
+  throw new Error(`no port: ${started.err().slice(0, 500)}`)
+}
+
+/** The upstream (run with `prefix`, e.g. taskset), a JWKS file in `dir` and one ES256 token for it. */
+export async function startBench(dir, prefix = []) {
+  const upstream = start([...prefix, process.execPath, 'bench/servers.mjs', 'upstream'])
+  const upstreamUrl = `http://127.0.0.1:${await portOf(upstream)}`
+  const keys = generateKeys()
+  const jwksFile = path.join(dir, 'jwks.json')
+  writeFileSync(jwksFile, JSON.stringify(keys.jwks))
+  const token = mintTokens('ES256', keys.ES256, { count: 1, prefix: 'load-user-' })[0]
+  return { dir, upstream, upstreamUrl, jwksFile, token }
+}
+
+/** bench/run.mjs's (c) or (d) config on `port`. */
+function config(bench, row, port) {
+  const routes = row === 'c'
+    ? 'routes: [ { id: items, path: "/api/**", upstream: items, auth: none } ]'
+    : `issuers:\n  - { issuer: "${ISSUER}", jwks_file: "${bench.jwksFile}", audience: [${AUDIENCE}], algorithms: [ES256, RS256] }\n` +
+      'routes:\n  - { id: items, path: "/api/**", upstream: items, scopes: { all: ["items:read"] } }'
+  return `server: { listen: "127.0.0.1:${port}" }\nupstreams: { items: { url: "${bench.upstreamUrl}" } }\n${routes}\nlog: { level: warn }\n` +
+    'forward: { identity_headers: { subject: X-Auth-Subject, client_id: X-Auth-Client-Id, scopes: X-Auth-Scopes, issuer: X-Auth-Issuer } }\n'
+}
+
+let started = 0
+
+/**
+ * Starts `row` of the build in `build` (a checkout with dist/ and node_modules) under `prefix` (valgrind, taskset:
+ * they exec it, so the pid is the process under test's), with `nodeArgs`; resolves once it answers 200.
+ */
+export async function startRow(bench, row, build, { prefix = [], nodeArgs = [] } = {}) {
+  if (row === 'floor') {
+    const proc = start([...prefix, process.execPath, ...nodeArgs, path.join(build, 'bench/minimal-proxy.mjs'), bench.upstreamUrl])
+    return { proc, base: `http://127.0.0.1:${await portOf(proc)}` }
+  }
+  const port = 20_000 + Math.floor(Math.random() * 20_000)
+  const file = path.join(bench.dir, `portcullis-${row}-${++started}.yaml`)
+  writeFileSync(file, config(bench, row, port))
+  const proc = start([...prefix, process.execPath, ...nodeArgs, path.join(build, 'dist/cli.js'), 'start', '--config', file])
+  const base = `http://127.0.0.1:${port}`
+  for (let i = 0; ; i++) {
+    const up = await fetch(`${base}/api/items/42`, { headers: { authorization: `Bearer ${bench.token}` } }).then((res) => res.status === 200, () => false)
+    if (up) break
+    if (i > 1_200 || proc.proc.exitCode !== null) throw new Error(`did not start: ${proc.err().slice(-500)}`)
+    await sleep(100)
+  }
+  return { proc, base }
+}
+
+/**
+ * Closed-loop load on `base` over `connections` keep-alive connections: `count` requests, or as many as fit in
+ * `ms`. Resolves with the number answered; throws if any was not answered 200.
+ */
+export async function load(bench, base, { count = Infinity, ms = Infinity, connections = 20 }) {
+  const pool = new Pool(base, { connections })
+  const end = performance.now() + ms
+  let sent = 0
+  let answered = 0
+  let failed = 0
+  await Promise.all(Array.from({ length: connections }, async () => {
+    while (sent < count && performance.now() < end) {
+      sent++
+      const res = await pool.request({ path: '/api/items/42', method: 'GET', headers: { authorization: `Bearer ${bench.token}` } })
+      await res.body.text()
+      if (res.statusCode === 200) answered++
+      else failed++
+    }
+  }))
+  await pool.close()
+  if (failed > 0) throw new Error(`${failed} of ${answered + failed} requests were not answered 200`)
+  return answered
+}
