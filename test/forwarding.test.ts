@@ -211,6 +211,30 @@ describe('forwarding: what the upstream receives', () => {
     })
   })
 
+  it('sends each forwarding header once with trust_forwarded_headers: the hop\'s own where the client\'s is missing or Connection-listed', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished, { forward: { trust_forwarded_headers: true } })
+    const res = await send(`${gateway.url}/orders`, {
+      headers: { authorization: await bearer(), connection: 'keep-alive, X-Forwarded-Proto', 'x-forwarded-proto': 'https', 'x-real-ip': '198.51.100.7' },
+    })
+    expect(res.status).toBe(200)
+    const seen = upstream.requests[0]!
+    expect(seen.headers).toMatchObject({ 'x-forwarded-for': '127.0.0.1', 'x-forwarded-proto': 'http', 'x-real-ip': '198.51.100.7' })
+    expect(seen.headers['x-forwarded-port']).toMatch(/^\d+$/)
+    const names = seen.rawHeaders.filter((_, i) => i % 2 === 0).map((name) => name.toLowerCase())
+    for (const name of ['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-forwarded-port', 'x-real-ip', 'x-auth-subject']) {
+      expect(names.filter((found) => found === name), name).toHaveLength(1)
+    }
+  })
+
+  it('forwards a request header the client sent as several fields (Set-Cookie) as those fields', async ({ onTestFinished }) => {
+    const { upstream, gateway, bearer } = await setup(onTestFinished)
+    const res = await send(`${gateway.url}/orders`, { headers: { authorization: await bearer(), 'set-cookie': ['a=1', 'b=2'], cookie: 'c=3' } })
+    expect(res.status).toBe(200)
+    const seen = upstream.requests[0]!
+    expect(seen.headers['set-cookie']).toEqual(['a=1', 'b=2'])
+    expect(seen.headers.cookie).toBe('c=3')
+  })
+
   it('drops hop-by-hop request headers, including every header named in Connection', async ({ onTestFinished }) => {
     const { upstream, gateway, bearer } = await setup(onTestFinished)
     const res = await send(`${gateway.url}/orders`, {

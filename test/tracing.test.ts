@@ -130,6 +130,9 @@ describe('spans exported over OTLP/HTTP', () => {
     expect([call.parentSpanId, call.attributes['http.response.status_code']]).toEqual([server.spanId, 200])
     expect(upstream.requests[0]!.headers.traceparent).toBe(`00-${CLIENT_TRACE}-${call.spanId}-01`)
     expect(upstream.requests[0]!.headers.tracestate).toBe('vendor=1')
+    // One field of each: ours replaced the client's, and was not added beside it.
+    const names = upstream.requests[0]!.rawHeaders.filter((_, i) => i % 2 === 0).map((name) => name.toLowerCase())
+    expect(names.filter((name) => name === 'traceparent' || name === 'tracestate')).toEqual(['traceparent', 'tracestate'])
     // Never a token, the query or the subject.
     const exported = collector.bodies.join('\n')
     for (const secret of [token.split('.')[2]!, 'secret=query', 'alice-subject']) expect(exported).not.toContain(secret)

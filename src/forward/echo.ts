@@ -1,7 +1,7 @@
 /** `builtin:echo`: answers with what it received (after the gateway's header work) as JSON. */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Readable } from 'node:stream'
-import type { OutgoingHeaders } from './upstream-headers.js'
+import { headersObject, type HeaderList } from './upstream-headers.js'
 import type { CorsAnswer } from '../cors/policy.js'
 
 const MAX_ECHOED_BODY = 64 * 1024
@@ -18,7 +18,7 @@ function queryObject(query: string): Record<string, string | string[]> {
 
 /** `cors`: the CORS headers of the request's origin (issue 18), when the gateway answers CORS on its route. */
 export async function echoRequest(req: IncomingMessage, res: ServerResponse, path: string, query: string,
-  headers: OutgoingHeaders, body: Readable | Buffer | null, cors?: CorsAnswer | null, extra: readonly string[] | null = null): Promise<void> {
+  headers: HeaderList, body: Readable | Buffer | null, cors?: CorsAnswer | null, extra: readonly string[] | null = null): Promise<void> {
   let bodyBytes = 0
   const kept: Buffer[] = []
   if (Buffer.isBuffer(body)) {
@@ -35,7 +35,7 @@ export async function echoRequest(req: IncomingMessage, res: ServerResponse, pat
     method: req.method,
     path,
     query: queryObject(query),
-    headers,
+    headers: headersObject(headers),
     body: Buffer.concat(kept).toString('utf8'),
     body_bytes: bodyBytes,
     body_truncated: bodyBytes > MAX_ECHOED_BODY,

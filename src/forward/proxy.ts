@@ -9,7 +9,7 @@ import { Pool, type Dispatcher } from 'undici'
 import type { UpstreamConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { BadGateway, GatewayError, GatewayTimeout, RequestTooLarge, TemporarilyUnavailable } from '../errors/oauth-errors.js'
-import { responseHeaderList, type OutgoingHeaders } from './upstream-headers.js'
+import { responseHeaderList, type HeaderList } from './upstream-headers.js'
 import type { CorsAnswer } from '../cors/policy.js'
 import { withCorsHeaders } from '../cors/response.js'
 
@@ -183,7 +183,7 @@ function withHeaders(list: readonly string[], extra: readonly string[]): string[
  * relayed, or with the error that ended it. The returned handler is told when the client goes away.
  */
 export function forwardRequest(upstream: Upstream, req: IncomingMessage, res: ServerResponse,
-  headers: OutgoingHeaders, body: Readable | Buffer | null, done: (error?: Error) => void, cors?: CorsAnswer | null,
+  headers: HeaderList, body: Readable | Buffer | null, done: (error?: Error) => void, cors?: CorsAnswer | null,
   extra: readonly string[] | null = null): ForwardHandler {
   const streamed = body !== null && !Buffer.isBuffer(body)
   // Half the pool at most for bodies that arrive as slowly as the client likes (within body_min_rate).

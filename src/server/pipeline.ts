@@ -14,7 +14,7 @@ import { renderError, renderErrorOnSocket, type ResourceChallenge } from '../err
 import { endHttpSpan, SpanKind, tracing, type Span } from '../tracing/tracing.js'
 import { echoRequest } from '../forward/echo.js'
 import { ClientGone, forwardRequest, upstreamFailure, type Upstream } from '../forward/proxy.js'
-import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
+import { buildUpstreamHeaders, setInList, type HeaderList } from '../forward/upstream-headers.js'
 import type { CompiledRule } from '../rules/compile.js'
 import { splitPath } from '../rules/segments.js'
 import { splitRequestTarget } from '../rules/normalize.js'
@@ -34,13 +34,16 @@ import { noteFailure, recordRequest, type Outcome } from './request-record.js'
 export type { GatewayRuntime } from './runtime.js'
 
 /** The client span of the upstream request; its context goes upstream in `traceparent`. */
-function startUpstreamSpan(req: IncomingMessage, upstream: Upstream, headers: Record<string, string | string[] | undefined>): Span {
+function startUpstreamSpan(req: IncomingMessage, upstream: Upstream, headers: HeaderList): Span {
   const tracer = tracing()!
   const { span, context } = tracer.startChild(req.method ?? 'HTTP', SpanKind.CLIENT, {
     'http.request.method': req.method ?? '_OTHER',
     'portcullis.upstream': upstream.name,
   })
-  tracer.inject(context, headers)
+  // Ours replace any the client sent.
+  const carrier: Record<string, string> = {}
+  tracer.inject(context, carrier)
+  for (const name in carrier) setInList(headers, name, carrier[name]!)
   return span
 }
 
