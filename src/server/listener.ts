@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs'
 import http from 'node:http'
 import https from 'node:https'
+import { giveBearerSlot } from '../authn/bearer.js'
 
 export interface ListenerTls {
   readonly cert_file: string
@@ -10,8 +11,18 @@ export interface ListenerTls {
   readonly client_ca_file?: string | undefined
 }
 
+/**
+ * An HTTP or HTTPS server for the gateway's or the decision endpoint's requests. Each connection gets its
+ * kept-Bearer slot (bearer.ts) as it is accepted, before node's own listener sees it: for HTTPS the TLS socket,
+ * which is the requests' `socket`.
+ */
 export function createListener(tls: ListenerTls | undefined, maxHeaderSize: number, handler: http.RequestListener): http.Server {
-  if (!tls) return http.createServer({ maxHeaderSize }, handler)
+  const server = tls ? createTlsListener(tls, maxHeaderSize, handler) : http.createServer({ maxHeaderSize }, handler)
+  server.prependListener(tls ? 'secureConnection' : 'connection', giveBearerSlot)
+  return server
+}
+
+function createTlsListener(tls: ListenerTls, maxHeaderSize: number, handler: http.RequestListener): https.Server {
   return https.createServer({
     cert: readFileSync(tls.cert_file),
     key: readFileSync(tls.key_file),
