@@ -4,6 +4,7 @@
  * `exp`, `iss` and `aud`, and caches both answers (inactive ones briefly). The endpoint being down or
  * slow is 503, never a guess.
  */
+import { performance } from 'node:perf_hooks'
 import { readFileSync } from 'node:fs'
 import { Agent, request, type Dispatcher } from 'undici'
 import { withClientSpan, type Span } from '../tracing/tracing.js'

@@ -16,6 +16,7 @@
  * written; a running process that meets such a key on a reload publishes it (tokens other processes sign
  * with it still verify here) and keeps signing with the keys it has.
  */
+import { performance } from 'node:perf_hooks'
 import { createPrivateKey, type JsonWebKey, type KeyObject } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import {

@@ -6,6 +6,7 @@
  * cache that answer. Refused: the status, challenge and body the proxy mode would answer, never cacheable.
  * No body is read.
  */
+import { performance } from 'node:perf_hooks'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Principal } from '../authn/principal.js'
 import { authorize } from '../authz/scopes.js'

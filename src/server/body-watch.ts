@@ -5,6 +5,7 @@
  * the body back (the upstream not reading, or no pool connection free yet) is not the client's and does
  * not count.
  */
+import { performance } from 'node:perf_hooks'
 import type { Readable } from 'node:stream'
 import { RequestTimeout } from '../errors/oauth-errors.js'
 

@@ -3,6 +3,8 @@
  * (ARCHITECTURE "Request path"). Runs on the raw node:http request so the hot path pays for nothing
  * it does not use; the authorization server and admin routes stay fastify routes.
  */
+// The module's binding: the global `performance` is a getter, run on every use (issue 24).
+import { performance } from 'node:perf_hooks'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import type { Principal } from '../authn/principal.js'
