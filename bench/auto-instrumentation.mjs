@@ -6,22 +6,16 @@
 //
 //   taskset -c 1 node bench/auto-instrumentation.mjs [--reps 5] [--duration 5]
 import { spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
 import readline from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
+import { cpuMicros } from './cpu.mjs'
 
 const { values: opts } = parseArgs({ options: { reps: { type: 'string' }, duration: { type: 'string' } } })
 const REPS = Number(opts.reps ?? 5)
 const DURATION = Number(opts.duration ?? 5)
 const here = (file) => fileURLToPath(new URL(file, import.meta.url))
-const CLK_TCK = 100
-
-function cpuMicros(pid) {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
-  return (Number(fields[11]) + Number(fields[12])) * 1e6 / CLK_TCK
-}
 
 /** Starts a helper that prints {"port":N}; pinned to CPU `cpu`. */
 async function launch(cpu, args) {

@@ -20,11 +20,12 @@
 // twice), and not what bench/run.mjs reports; only the ratio is the result. The faster row answers more
 // requests, as a closed loop does. Checked on itself: (floor) against (floor) and (d) against (d) give
 // 0.97–1.03 a round, and medians within 1.5 % of 1 before the order was alternated.
-import { readFileSync, readdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { spawnSync } from 'node:child_process'
 import { parseArgs } from 'node:util'
+import { cpuMicros } from './cpu.mjs'
 import { ROWS, load, root, startBench, startRow } from './rows.mjs'
 
 const { values: opts } = parseArgs({
@@ -42,17 +43,6 @@ if (pair.length !== 2 || !pair.every((row) => ROWS.includes(row))) throw new Err
 if (spawnSync('taskset', ['-c', '0', 'true']).status !== 0) throw new Error('taskset is needed (util-linux) and two CPUs')
 const connections = Number(opts.connections)
 const ms = Number(opts.duration) * 1000
-const TICK_MICROS = 1e6 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100)
-
-/** CPU time of every thread of `pid`, user + system, in µs. */
-function cpuMicros(pid) {
-  let ticks = 0
-  for (const task of readdirSync(`/proc/${pid}/task`)) {
-    const fields = readFileSync(`/proc/${pid}/task/${task}/stat`, 'utf8').split(') ')[1].split(' ')
-    ticks += Number(fields[11]) + Number(fields[12])
-  }
-  return ticks * TICK_MICROS
-}
 
 // This process (the load) and the upstream on CPU 1; the two processes under test on CPU 0.
 spawnSync('taskset', ['-a', '-p', '-c', '1', String(process.pid)], { stdio: 'ignore' })

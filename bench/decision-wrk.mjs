@@ -22,6 +22,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
+import { cpuMicros } from './cpu.mjs'
 import { NGINX, nginxConfig } from './nginx.mjs'
 import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
 
@@ -30,16 +31,11 @@ const { values: opts } = parseArgs({ options: { reps: { type: 'string' }, durati
 const REPS = Number(opts.reps ?? 3)
 const DURATION = Number(opts.duration ?? 10)
 const CONNECTIONS = Number(opts.connections ?? 50)
-const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100
 const SECRET = 'bench-decision-secret-0123456789abcdef'
 const PATH = '/api/items/42'
 if (NGINX === undefined || spawnSync('wrk', ['--version']).error) throw new Error('needs nginx (nginx-light) and wrk')
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const cpuMicros = (pid) => {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
-  return (Number(fields[11]) + Number(fields[12])) * 1e6 / CLK_TCK
-}
 const freePort = () => new Promise((resolve) => {
   const server = net.createServer().listen(0, '127.0.0.1', () => { const { port } = server.address(); server.close(() => resolve(port)) })
 })

@@ -66,6 +66,7 @@ import { performance } from 'node:perf_hooks'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
 import { BODY, OPAQUE_ISSUER } from './servers.mjs'
+import { cpuMicros } from './cpu.mjs'
 import { AUDIENCE, ISSUER, dpopKey, generateKeys, mintDpopProofs, mintTokens, mintTokensParallel } from './tokens.mjs'
 import { NGINX, nginxConfig } from './nginx.mjs'
 
@@ -128,13 +129,6 @@ const times = (n) => (n === undefined ? '—' : `${n.toFixed(2)}×`)
 const form = (fields) => new URLSearchParams(fields).toString()
 
 const hasTaskset = spawnSync('taskset', ['-c', '0', 'true']).status === 0 && cpus().length >= 2
-const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100
-
-/** utime + stime of a process, in µs. */
-function cpuMicros(pid) {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
-  return (Number(fields[11]) + Number(fields[12])) * 1e6 / CLK_TCK
-}
 
 /** [busy, total, steal] jiffies of CPU 0 and CPU 1 (from /proc/stat): how busy each core was. */
 function cpuTicks() {
