@@ -768,11 +768,14 @@ describe('forwarding: builtin:echo', () => {
         'content-length': Buffer.byteLength(body),
         'x-auth-subject': 'spoofed',
         'x-custom': 'yes',
+        'set-cookie': ['s=1', 's=2'],
       },
       body,
     })
     expect(res.status).toBe(200)
     const echoed = json(res)
+    // Two fields of one name are shown as both values, as the query's repeated parameters are.
+    expect(echoed.headers['set-cookie']).toEqual(['s=1', 's=2'])
     expect(echoed).toMatchObject({
       method: 'POST',
       path: '/echo/a/b',

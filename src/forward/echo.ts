@@ -1,19 +1,24 @@
 /** `builtin:echo`: answers with what it received (after the gateway's header work) as JSON. */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Readable } from 'node:stream'
-import { headersObject, type HeaderList } from './upstream-headers.js'
+import type { HeaderList } from './upstream-headers.js'
 import type { CorsAnswer } from '../cors/policy.js'
 
 const MAX_ECHOED_BODY = 64 * 1024
 
-/** `?a=1&a=2&b=3` → `{ a: ['1', '2'], b: '3' }`: a repeated parameter keeps every value. */
-function queryObject(query: string): Record<string, string | string[]> {
+/** Name and value pairs as an object: `a=1&a=2&b=3` → `{ a: ['1', '2'], b: '3' }`, a repeated name keeping every value. */
+function grouped(pairs: Iterable<readonly [string, string]>): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {}
-  for (const [name, value] of new URLSearchParams(query)) {
+  for (const [name, value] of pairs) {
     const prior = out[name]
     out[name] = prior === undefined ? value : [...(Array.isArray(prior) ? prior : [prior]), value]
   }
   return out
+}
+
+/** The `[name, value]` pairs of a header list. */
+function* fieldsOf(list: HeaderList): Generator<readonly [string, string]> {
+  for (let i = 0; i < list.length; i += 2) yield [list[i]!, list[i + 1]!]
 }
 
 /** `cors`: the CORS headers of the request's origin (issue 18), when the gateway answers CORS on its route. */
@@ -34,8 +39,8 @@ export async function echoRequest(req: IncomingMessage, res: ServerResponse, pat
   const payload = JSON.stringify({
     method: req.method,
     path,
-    query: queryObject(query),
-    headers: headersObject(headers),
+    query: grouped(new URLSearchParams(query)),
+    headers: grouped(fieldsOf(headers)),
     body: Buffer.concat(kept).toString('utf8'),
     body_bytes: bodyBytes,
     body_truncated: bodyBytes > MAX_ECHOED_BODY,

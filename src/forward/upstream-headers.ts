@@ -245,29 +245,18 @@ function listHas(list: HeaderList, name: string): boolean {
 
 /** Sets `name` in `list` to `value`: the first field of that name replaced and any other removed, or added. */
 export function setInList(list: HeaderList, name: string, value: string): void {
-  let at = -1
+  let found = false
   for (let i = 0; i < list.length; i += 2) {
     if (list[i] !== name) continue
-    if (at === -1) {
-      at = i
+    if (!found) {
+      found = true
       list[i + 1] = value
     } else {
       list.splice(i, 2)
       i -= 2
     }
   }
-  if (at === -1) list.push(name, value)
-}
-
-/** `list` as an object (for JSON): a repeated name's values as an array. */
-export function headersObject(list: HeaderList): OutgoingHeaders {
-  const out: OutgoingHeaders = {}
-  for (let i = 0; i < list.length; i += 2) {
-    const name = list[i]!
-    const prior = out[name]
-    out[name] = prior === undefined ? list[i + 1]! : [...(Array.isArray(prior) ? prior : [prior]), list[i + 1]!]
-  }
-  return out
+  if (!found) list.push(name, value)
 }
 
 /** {@link setIdentityHeaders} for a forwarded request's list (no name in it is an identity or claim header). */
