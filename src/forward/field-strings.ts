@@ -22,8 +22,6 @@ interface NameSlot {
   value: string | undefined
 }
 
-const slots: (NameSlot | undefined)[] = new Array<NameSlot | undefined>(SLOTS).fill(undefined)
-
 /** ASCII upper case to lower case; every other byte as it is (as toLowerCase() treats a latin1 string's ASCII). */
 function lowerAscii(byte: number): number {
   return byte >= 65 && byte <= 90 ? byte | 0x20 : byte
@@ -36,7 +34,7 @@ function slotOf(bytes: Buffer): number {
 }
 
 /** The kept slot of this name, when the slot holds this very name (ASCII case aside). */
-function keptName(bytes: Buffer, slot: number): NameSlot | undefined {
+function keptName(slots: readonly (NameSlot | undefined)[], bytes: Buffer, slot: number): NameSlot | undefined {
   const kept = slots[slot]
   if (kept === undefined || kept.bytes.length !== bytes.length) return undefined
   const keptBytes = kept.bytes
@@ -56,11 +54,13 @@ function isAscii(bytes: Buffer): boolean {
 export class FieldStrings {
   name = ''
   value = ''
+  /** This reader's table: two readers share nothing. */
+  private readonly slots: (NameSlot | undefined)[] = new Array<NameSlot | undefined>(SLOTS).fill(undefined)
 
   /** Sets `name` and `value` from the field's bytes. */
   read(name: Buffer, value: Buffer): void {
     const slot = slotOf(name)
-    let kept = keptName(name, slot)
+    let kept = keptName(this.slots, name, slot)
     if (kept === undefined) {
       this.name = name.toString('latin1').toLowerCase()
       if (name.length > MAX_KEPT || !isAscii(name)) {
@@ -68,7 +68,7 @@ export class FieldStrings {
         return
       }
       kept = { bytes: Buffer.from(this.name, 'latin1'), name: this.name, valueBytes: undefined, value: undefined }
-      slots[slot] = kept
+      this.slots[slot] = kept
     } else {
       this.name = kept.name
     }
