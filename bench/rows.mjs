@@ -1,6 +1,7 @@
 // The proxy rows measured outside bench/run.mjs (issue 24): bench/callgrind.mjs counts their instructions,
 // bench/corun.mjs their CPU time two at a time. (floor) is bench/minimal-proxy.mjs; (c) and (d) are
-// `portcullis start` with bench/run.mjs's (c) and (d) configs (log level warn); the upstream is
+// `portcullis start` with bench/run.mjs's (c) and (d) configs (log level warn) and the node arguments it ships with
+// (src/server/young-generation.ts); the upstream is
 // bench/servers.mjs. The load is closed-loop over keep-alive connections (undici), one token, GET /api/items/42.
 import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
@@ -9,6 +10,8 @@ import { fileURLToPath } from 'node:url'
 import { performance } from 'node:perf_hooks'
 import { Pool } from 'undici'
 import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
+// (c) and (d) run with the node arguments Portcullis ships with (the image's NODE_OPTIONS, `npm start`); the floor with node's defaults.
+import { YOUNG_GENERATION_FLAG } from '../dist/server/young-generation.js'
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 export const ROWS = ['floor', 'c', 'd']
@@ -70,7 +73,7 @@ export async function startRow(bench, row, build, { prefix = [], nodeArgs = [] }
   const port = 20_000 + Math.floor(Math.random() * 20_000)
   const file = path.join(bench.dir, `portcullis-${row}-${++started}.yaml`)
   writeFileSync(file, config(bench, row, port))
-  const proc = start([...prefix, process.execPath, ...nodeArgs, path.join(build, 'dist/cli.js'), 'start', '--config', file])
+  const proc = start([...prefix, process.execPath, YOUNG_GENERATION_FLAG, ...nodeArgs, path.join(build, 'dist/cli.js'), 'start', '--config', file])
   const base = `http://127.0.0.1:${port}`
   for (let i = 0; ; i++) {
     const up = await fetch(`${base}/api/items/42`, { headers: { authorization: `Bearer ${bench.token}` } }).then((res) => res.status === 200, () => false)

@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parse, parseAllDocuments, parseDocument } from 'yaml'
 import { loadConfig } from '../src/config/load.js'
 import { parseDuration } from '../src/config/units.js'
+import { YOUNG_GENERATION_FLAG } from '../src/server/young-generation.js'
 import { spawnProcess, waitFor } from './support/cli.js'
 import { closedPort } from './support/upstream.js'
 
@@ -257,6 +258,10 @@ describe('the Dockerfile', () => {
     expect(command.join(' ')).toContain(`http://127.0.0.1:${portOf(DOCKER_CONFIG.admin.listen)}/healthz`)
     expect(command.join(' ')).not.toMatch(/curl|wget/)
     expect(Object.keys(options)).toEqual(expect.arrayContaining(['interval', 'timeout', 'start-period', 'retries']))
+  })
+
+  it('gives node the young generation size of a gateway (young-generation.ts) in NODE_OPTIONS, where an operator can change it', () => {
+    expect(FINAL.instructions).toContainEqual({ keyword: 'ENV', args: `NODE_OPTIONS=${YOUNG_GENERATION_FLAG}` })
   })
 
   it('starts compiled JavaScript with node: no TypeScript loader', () => {

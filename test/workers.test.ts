@@ -6,7 +6,7 @@
  */
 import { scryptSync, randomBytes } from 'node:crypto'
 import http from 'node:http'
-import { mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -17,6 +17,7 @@ import { parsePrometheusText } from './support/prometheus.js'
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { createHash, generateKeyPairSync, randomUUID } from 'node:crypto'
 import { calculateJwkThumbprint, exportJWK, SignJWT } from 'jose'
+import { YOUNG_GENERATION_FLAG } from '../src/server/young-generation.js'
 
 const PASSWORD = 'worker-test-password'
 const SALT = randomBytes(16)
@@ -173,6 +174,14 @@ describe('server.workers: 2', () => {
     expect(answers.every((answer) => answer.status === 200)).toBe(true)
     expect(pidsOf(c, answers).size).toBe(2)
     expect(pidsOf(c, answers).has(c.process.child.pid!)).toBe(false)
+  })
+
+  it('the workers run with the young generation size (young-generation.ts), the primary as it was started', async () => {
+    const argvOf = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
+    const workers = c.started()
+    expect(workers.length).toBeGreaterThanOrEqual(2)
+    for (const pid of workers) expect(argvOf(pid)).toContain(YOUNG_GENERATION_FLAG)
+    expect(argvOf(c.process.child.pid!)).not.toContain(YOUNG_GENERATION_FLAG)
   })
 
   it('one /metrics scrape on the primary counts the requests of both, process metrics per worker', async () => {

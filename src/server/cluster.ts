@@ -25,6 +25,7 @@ import type { GatewayConfig } from '../config/schema.js'
 import { parseListen } from '../config/listen.js'
 import { FirstUseMarks, isClusterMessage, type ClusterMessage } from './cluster-messages.js'
 import { adminServer } from './admin.js'
+import { workerExecArgv } from './young-generation.js'
 
 const FIRST_BACKOFF_MS = 100
 const MAX_BACKOFF_MS = 10_000
@@ -55,6 +56,7 @@ export async function runPrimary(config: GatewayConfig, count: number): Promise<
   const log = pino({ level: config.log?.level ?? 'info' }).child({ component: 'primary' })
   // Before the first fork: the workers accept on the shared socket themselves.
   cluster.schedulingPolicy = cluster.SCHED_NONE
+  cluster.setupPrimary({ execArgv: workerExecArgv(process.execArgv, process.env.NODE_OPTIONS) })
   new RateLimiterClusterMaster()
   const aggregator = new AggregatorRegistry()
   let stopping = false

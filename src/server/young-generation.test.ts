@@ -1,0 +1,58 @@
+import { spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { describe, expect, it } from 'vitest'
+import { YOUNG_GENERATION_FLAG, setsSemiSpace, workerExecArgv } from './young-generation.js'
+
+describe('the young generation size of a gateway process', () => {
+  it('is added to the workers’ node arguments, after the primary’s own', () => {
+    expect(workerExecArgv([], undefined)).toEqual([YOUNG_GENERATION_FLAG])
+    expect(workerExecArgv(['--enable-source-maps'], '--trace-warnings')).toEqual(['--enable-source-maps', YOUNG_GENERATION_FLAG])
+  })
+
+  it('leaves an operator’s own semi-space size alone, on the command line or in NODE_OPTIONS, in every spelling node takes', () => {
+    for (const [argv, options] of [
+      [['--max-semi-space-size=16'], undefined],
+      [['--max_semi_space_size=128'], undefined],
+      [[], '--max-semi-space-size=32'],
+      [[], '--inspect --max-semi-space-size 32'],
+      [[], '--max_semi_space_size=8 --trace-gc'],
+    ] as const) {
+      expect(setsSemiSpace(argv, options)).toBe(true)
+      expect(workerExecArgv(argv, options)).toEqual(argv)
+    }
+  })
+
+  it('is not fooled by other flags that merely start or end alike', () => {
+    for (const [argv, options] of [
+      [['--max-semi-space-sizes=1'], undefined],
+      [['--min-semi-space-size=64'], undefined],
+      [['--no-max-semi-space-size-x'], undefined],
+      [[], '--max-old-space-size=512'],
+      [[], 'max-semi-space-size=64'],
+      [[], ''],
+    ] as const) {
+      expect(setsSemiSpace(argv, options)).toBe(false)
+    }
+  })
+
+  it('takes effect: a node started with it grows its new space past the default 32 MB (a later setFlagsFromString does not)', () => {
+    const script = `
+      if (process.argv[1] === 'late') require('v8').setFlagsFromString('${YOUNG_GENERATION_FLAG}')
+      const v8 = require('v8'); const keep = []; let max = 0
+      for (let i = 0; i < 3000; i++) {
+        keep.push(Array.from({ length: 2000 }, (_, j) => ({ j }))); if (keep.length > 20) keep.shift()
+        max = Math.max(max, v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size)
+      }
+      console.log(max)`
+    const grown = (args: string[], mode: string) => Number(spawnSync(process.execPath, [...args, '-e', script, mode], { encoding: 'utf8' }).stdout)
+    expect(grown([YOUNG_GENERATION_FLAG], 'flag')).toBeGreaterThan(34 * 1024 * 1024)
+    expect(grown([], 'late')).toBeLessThanOrEqual(34 * 1024 * 1024)
+  })
+})
+
+describe('`npm start`', () => {
+  it('starts the gateway with the young generation size', () => {
+    const scripts = (JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: Record<string, string> }).scripts
+    expect(scripts.start).toContain(`node ${YOUNG_GENERATION_FLAG} dist/cli.js start`)
+  })
+})
