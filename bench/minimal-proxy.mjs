@@ -5,16 +5,25 @@
 // no metrics, no logging, no limits. Not a usable proxy; what is left of a request's cost is Node's HTTP
 // server, undici and the two socket writes.
 //
-//   node bench/minimal-proxy.mjs http://127.0.0.1:<upstream port>
+//   node bench/minimal-proxy.mjs http://127.0.0.1:<upstream port> [PORTCULLIS_CONFIG]
 //
-// Listens on 127.0.0.1 on a port chosen by the OS and prints {"port":N} on stdout once listening.
+// Listens on 127.0.0.1 on a port chosen by the OS and prints {"port":N} on stdout once listening. With a
+// config, Portcullis (dist/, as `portcullis start` loads it) is started first in the same process, on the
+// config's own listener, and the floor is served beside it: what sharing a process with the gateway does to
+// the floor's own code (bench/rows.mjs's `floor-beside-d`).
 import http from 'node:http'
 import { Pool } from 'undici'
 
-const upstream = process.argv[2]
+const [upstream, portcullisConfig] = process.argv.slice(2)
 if (upstream === undefined) {
-  console.error('usage: minimal-proxy.mjs UPSTREAM_URL')
+  console.error('usage: minimal-proxy.mjs UPSTREAM_URL [PORTCULLIS_CONFIG]')
   process.exit(2)
+}
+if (portcullisConfig !== undefined) {
+  // In the CLI's order: the tick object is kept before the rest of the program loads (tick-shape.ts).
+  await import('../dist/server/tick-shape.js')
+  const { runPortcullis } = await import('../dist/server/run.js')
+  await runPortcullis(portcullisConfig, { watch: false })
 }
 const pool = new Pool(upstream, { connections: 128, pipelining: 1 })
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'host'])

@@ -1,5 +1,6 @@
 // The proxy rows measured outside bench/run.mjs (issue 24): bench/callgrind.mjs counts their instructions,
-// bench/corun.mjs their CPU time two at a time. (floor) is bench/minimal-proxy.mjs; (c) and (d) are
+// bench/corun.mjs their CPU time two at a time. (floor) is bench/minimal-proxy.mjs, and (floor-beside-d) the same
+// in a process that also runs Portcullis with (d)'s config, serving nothing; (c) and (d) are
 // `portcullis start` with bench/run.mjs's (c) and (d) configs (log level warn) and the node arguments it ships with
 // (src/server/young-generation.ts); the upstream is
 // bench/servers.mjs. The load is closed-loop over keep-alive connections (undici), one token, GET /api/items/42.
@@ -14,7 +15,7 @@ import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
 import { YOUNG_GENERATION_FLAG } from '../dist/server/young-generation.js'
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
-export const ROWS = ['floor', 'c', 'd']
+export const ROWS = ['floor', 'c', 'd', 'floor-beside-d']
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** Runs `argv`, keeping its output. */
@@ -66,12 +67,16 @@ let started = 0
  * they exec it, so the pid is the process under test's), with `nodeArgs`; resolves once it answers 200.
  */
 export async function startRow(bench, row, build, { prefix = [], nodeArgs = [] } = {}) {
-  if (row === 'floor') {
-    const proc = start([...prefix, process.execPath, ...nodeArgs, path.join(build, 'bench/minimal-proxy.mjs'), bench.upstreamUrl])
-    return { proc, base: `http://127.0.0.1:${await portOf(proc)}` }
-  }
   const port = 20_000 + Math.floor(Math.random() * 20_000)
   const file = path.join(bench.dir, `portcullis-${row}-${++started}.yaml`)
+  if (row.startsWith('floor')) {
+    // floor-beside-d: the floor in a process that also runs Portcullis with (d)'s config (serving nothing), with its node arguments.
+    const beside = row === 'floor-beside-d'
+    if (beside) writeFileSync(file, config(bench, 'd', port))
+    const proc = start([...prefix, process.execPath, ...(beside ? [YOUNG_GENERATION_FLAG] : []), ...nodeArgs,
+      path.join(build, 'bench/minimal-proxy.mjs'), bench.upstreamUrl, ...(beside ? [file] : [])])
+    return { proc, base: `http://127.0.0.1:${await portOf(proc)}` }
+  }
   writeFileSync(file, config(bench, row, port))
   const proc = start([...prefix, process.execPath, YOUNG_GENERATION_FLAG, ...nodeArgs, path.join(build, 'dist/cli.js'), 'start', '--config', file])
   const base = `http://127.0.0.1:${port}`
