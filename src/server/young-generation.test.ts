@@ -44,7 +44,7 @@ describe('the young generation size of a gateway process', () => {
         max = Math.max(max, v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size)
       }
       console.log(max)`
-    const grown = (args: string[], mode: string) => Number(spawnSync(process.execPath, [...args, '-e', script, mode], { encoding: 'utf8' }).stdout)
+    const grown = (args: string[], mode: string) => Number(spawnSync(process.execPath, [...args, '-e', script, mode], { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } }).stdout)
     expect(grown([YOUNG_GENERATION_FLAG], 'flag')).toBeGreaterThan(34 * 1024 * 1024)
     expect(grown([], 'late')).toBeLessThanOrEqual(34 * 1024 * 1024)
   })
