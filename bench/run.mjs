@@ -1022,6 +1022,13 @@ for (const [alg, min] of [['es256', 1.0], ['rs256', 0.6]]) {
 }
 const infoCost = paired('d-info', 'd', 'cpuMicrosPerRequest', (x, y) => x - y)
 if (infoCost !== undefined) out(`The request log line at info (d-info) over (d) at warn, CPU per request, paired median: ${infoCost >= 0 ? '+' : ''}${infoCost.toFixed(1)} µs.`)
+// Issue 24's per-core targets, paired per rep: the request log line at info within 2 µs of warn, and (d) within
+// 1.15× the floor's CPU per request.
+target('(d-info) ≤ (d) + 2 µs CPU per request', infoCost === undefined ? undefined : `${infoCost >= 0 ? '+' : ''}${infoCost.toFixed(1)} µs`,
+  infoCost === undefined ? undefined : infoCost <= 2)
+const overFloor = paired('d', 'floor', 'cpuMicrosPerRequest')
+target('(d) ≤ 1.15× (floor) CPU per request', overFloor === undefined ? undefined : times(overFloor),
+  overFloor === undefined ? undefined : overFloor <= 1.15)
 const workersScaling = paired('d-w2', 'd-w1')
 if (workersScaling !== undefined) {
   out(`server.workers 2 over 1 (both unpinned, the load generator on one of the two cores), paired: ${times(workersScaling)} req/s, CPU µs/req ${summary['d-w1'].cpuMicrosPerRequest.toFixed(1)} → ${summary['d-w2'].cpuMicrosPerRequest.toFixed(1)}.`)
