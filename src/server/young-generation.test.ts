@@ -40,7 +40,7 @@ describe('the young generation size of a gateway process', () => {
       if (process.argv[1] === 'late') require('v8').setFlagsFromString('${YOUNG_GENERATION_FLAG}')
       const v8 = require('v8'); const keep = []; let max = 0
       for (let i = 0; i < 4000; i++) {
-        keep.push(Array.from({ length: 2000 }, (_, j) => ({ j }))); if (keep.length > 300) keep.shift()
+        keep.push(Array.from({ length: 2000 }, (_, j) => ({ j, s: 'x' + j }))); if (keep.length > 300) keep.shift()
         max = Math.max(max, v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size)
       }
       console.log(max)`
@@ -48,9 +48,12 @@ describe('the young generation size of a gateway process', () => {
     const grown = (args: string[], mode: string) =>
       Number(spawnSync(process.execPath, [...args, '-e', script, mode], { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } }).stdout)
     const own = grown([], 'default')
+    const flagged = grown([YOUNG_GENERATION_FLAG], 'flag')
+    const late = grown([], 'late')
     expect(own).toBeGreaterThan(0)
-    expect(grown([YOUNG_GENERATION_FLAG], 'flag')).toBeGreaterThan(own)
-    expect(grown([], 'late')).toBeLessThanOrEqual(own)
+    // Node's growth is not exact (node 26 reached 67–76 MB on its own, 134 MB with the flag; node 20 34 and 134 MB).
+    expect(flagged).toBeGreaterThan(own * 1.5)
+    expect(late).toBeLessThan(flagged * 0.75)
   })
 })
 
