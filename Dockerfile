@@ -24,9 +24,8 @@ RUN cd node_modules/better-sqlite3 && rm -rf deps src build/Release/obj build/Re
 
 FROM node:26-bookworm-slim
 ENV NODE_ENV=production
-# V8's young generation sized for a proxy (src/server/young-generation.ts): less CPU per request for more RSS under
-# load (docs/deployment.md). This node's own default is `--max-semi-space-size=32`; set NODE_OPTIONS yourself to change it.
-ENV NODE_OPTIONS=--max-semi-space-size=64
+# No NODE_OPTIONS=--max-semi-space-size=64 here (src/server/young-generation.ts): node 26 starts with a larger young
+# generation of its own, and the flag measured no gain on it (docs/deployment.md).
 # `portcullis start`, `check` and `keys rotate` read this file when no --config is given.
 ENV PORTCULLIS_CONFIG=/etc/portcullis/portcullis.yaml
 WORKDIR /app

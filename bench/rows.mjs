@@ -11,11 +11,12 @@ import { fileURLToPath } from 'node:url'
 import { performance } from 'node:perf_hooks'
 import { Pool } from 'undici'
 import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
-// (c) and (d) run with the node arguments Portcullis ships with (the image's NODE_OPTIONS, `npm start`); the floor with node's defaults.
-import { YOUNG_GENERATION_FLAG } from '../dist/server/young-generation.js'
+import { youngGenerationArgs } from '../dist/server/young-generation.js'
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 export const ROWS = ['floor', 'c', 'd', 'floor-beside-d']
+/** What Portcullis starts with on this node (`npm start`, the workers): the young generation's size where node needs it. */
+const PORTCULLIS_NODE_ARGS = youngGenerationArgs([], process.env.NODE_OPTIONS)
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** Runs `argv`, keeping its output. */
@@ -73,12 +74,12 @@ export async function startRow(bench, row, build, { prefix = [], nodeArgs = [] }
     // floor-beside-d: the floor in a process that also runs Portcullis with (d)'s config (serving nothing), with its node arguments.
     const beside = row === 'floor-beside-d'
     if (beside) writeFileSync(file, config(bench, 'd', port))
-    const proc = start([...prefix, process.execPath, ...(beside ? [YOUNG_GENERATION_FLAG] : []), ...nodeArgs,
+    const proc = start([...prefix, process.execPath, ...(beside ? PORTCULLIS_NODE_ARGS : []), ...nodeArgs,
       path.join(build, 'bench/minimal-proxy.mjs'), bench.upstreamUrl, ...(beside ? [file] : [])])
     return { proc, base: `http://127.0.0.1:${await portOf(proc)}` }
   }
   writeFileSync(file, config(bench, row, port))
-  const proc = start([...prefix, process.execPath, YOUNG_GENERATION_FLAG, ...nodeArgs, path.join(build, 'dist/cli.js'), 'start', '--config', file])
+  const proc = start([...prefix, process.execPath, ...PORTCULLIS_NODE_ARGS, ...nodeArgs, path.join(build, 'dist/cli.js'), 'start', '--config', file])
   const base = `http://127.0.0.1:${port}`
   for (let i = 0; ; i++) {
     const up = await fetch(`${base}/api/items/42`, { headers: { authorization: `Bearer ${bench.token}` } }).then((res) => res.status === 200, () => false)

@@ -46,7 +46,7 @@
 // Method (as ../shared/reference/performance-baselines.md): everything on 127.0.0.1, ports from the OS. The
 // process under test is pinned to CPU 0; this process (the load generator, autocannon) and the upstream and
 // introspection servers to CPU 1, when taskset exists. Portcullis runs with the node arguments it ships with
-// (`--max-semi-space-size=64`, src/server/young-generation.ts), the floor with node's defaults. Every (scenario, rep) starts a fresh process under
+// (`--max-semi-space-size=64` on node 20 and 22, src/server/young-generation.ts), the floor with node's defaults. Every (scenario, rep) starts a fresh process under
 // test, passes a correctness gate (expected status and body; 401 without a token where auth applies), is
 // warmed up, then measured for a fixed duration. Reps are interleaved (a b c … a b c …) with the order
 // rotated each rep. CPU µs/req is the process under test's utime+stime (/proc/<pid>/stat) over the measured
@@ -70,8 +70,8 @@ import { BODY, OPAQUE_ISSUER } from './servers.mjs'
 import { cpuMicros } from './cpu.mjs'
 import { AUDIENCE, ISSUER, dpopKey, generateKeys, mintDpopProofs, mintTokens, mintTokensParallel } from './tokens.mjs'
 import { NGINX, nginxConfig } from './nginx.mjs'
-// Portcullis runs with the node arguments it ships with (the image's NODE_OPTIONS, `npm start`); the floor with node's defaults.
-import { YOUNG_GENERATION_FLAG } from '../dist/server/young-generation.js'
+// Portcullis runs with the node arguments it starts with on this node (`npm start`, the workers); the floor with node's defaults.
+import { youngGenerationArgs } from '../dist/server/young-generation.js'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 const root = path.resolve(here, '..')
@@ -229,7 +229,7 @@ async function startPortcullis(name, dir, yaml, cli = path.join(root, 'dist/cli.
     mkdirSync(dir, { recursive: true })
     const config = path.join(dir, 'portcullis.yaml')
     writeFileSync(config, yaml(port))
-    const proc = launch(name, cpu, [cli, 'start', '--config', config], { stdout: 'ignore', nodeArgs: [YOUNG_GENERATION_FLAG] })
+    const proc = launch(name, cpu, [cli, 'start', '--config', config], { stdout: 'ignore', nodeArgs: youngGenerationArgs([], process.env.NODE_OPTIONS) })
     const giveUp = Date.now() + 20_000
     while (!proc.done && Date.now() < giveUp) {
       const answered = await request(`http://127.0.0.1:${port}/__bench_ready`).then(() => true, () => false)

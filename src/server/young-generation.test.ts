@@ -1,12 +1,20 @@
 import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { YOUNG_GENERATION_FLAG, setsSemiSpace, workerExecArgv } from './young-generation.js'
+import { YOUNG_GENERATION_FLAG, setsSemiSpace, smallYoungGeneration, workerExecArgv, youngGenerationArgs } from './young-generation.js'
 
 describe('the young generation size of a gateway process', () => {
-  it('is added to the workers’ node arguments, after the primary’s own', () => {
-    expect(workerExecArgv([], undefined)).toEqual([YOUNG_GENERATION_FLAG])
-    expect(workerExecArgv(['--enable-source-maps'], '--trace-warnings')).toEqual(['--enable-source-maps', YOUNG_GENERATION_FLAG])
+  it('is added to the workers’ node arguments, after the primary’s own, on node 20 and 22', () => {
+    expect(workerExecArgv([], undefined, 'v20.20.2')).toEqual([YOUNG_GENERATION_FLAG])
+    expect(workerExecArgv(['--enable-source-maps'], '--trace-warnings', 'v22.23.3')).toEqual(['--enable-source-maps', YOUNG_GENERATION_FLAG])
+  })
+
+  it('is not given where node starts with a larger young generation of its own (24 and later), nor for a version it cannot read', () => {
+    for (const version of ['v24.21.0', 'v26.10.0', 'v30.0.0', 'nonsense', '']) {
+      expect(smallYoungGeneration(version)).toBe(false)
+      expect(youngGenerationArgs([], undefined, version)).toEqual([])
+      expect(workerExecArgv(['--enable-source-maps'], undefined, version)).toEqual(['--enable-source-maps'])
+    }
   })
 
   it('leaves an operator’s own semi-space size alone, on the command line or in NODE_OPTIONS, in every spelling node takes', () => {
@@ -18,7 +26,7 @@ describe('the young generation size of a gateway process', () => {
       [[], '--max_semi_space_size=8 --trace-gc'],
     ] as const) {
       expect(setsSemiSpace(argv, options)).toBe(true)
-      expect(workerExecArgv(argv, options)).toEqual(argv)
+      expect(workerExecArgv(argv, options, 'v20.20.2')).toEqual(argv)
     }
   })
 
