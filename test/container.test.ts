@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parse, parseAllDocuments, parseDocument } from 'yaml'
 import { loadConfig } from '../src/config/load.js'
 import { parseDuration } from '../src/config/units.js'
-import { YOUNG_GENERATION_FLAG, smallYoungGeneration } from '../src/server/young-generation.js'
+import { YOUNG_GENERATION_FLAG, youngGenerationPays } from '../src/server/young-generation.js'
 import { spawnProcess, waitFor } from './support/cli.js'
 import { closedPort } from './support/upstream.js'
 
@@ -260,11 +260,11 @@ describe('the Dockerfile', () => {
     expect(Object.keys(options)).toEqual(expect.arrayContaining(['interval', 'timeout', 'start-period', 'retries']))
   })
 
-  it('sets the young generation size (young-generation.ts) in NODE_OPTIONS exactly when its node needs it', () => {
+  it('sets the young generation size (young-generation.ts) in NODE_OPTIONS exactly when it pays on its node', () => {
     const nodeVersion = /^node:(\d+)/.exec(FINAL.from)?.[1]
     expect(nodeVersion).toBeDefined()
     const options = all(FINAL, 'ENV').filter((args) => args.startsWith('NODE_OPTIONS='))
-    expect(options).toEqual(smallYoungGeneration(`v${nodeVersion}.0.0`) ? [`NODE_OPTIONS=${YOUNG_GENERATION_FLAG}`] : [])
+    expect(options).toEqual(youngGenerationPays(`v${nodeVersion}.0.0`) ? [`NODE_OPTIONS=${YOUNG_GENERATION_FLAG}`] : [])
   })
 
   it('starts compiled JavaScript with node: no TypeScript loader', () => {

@@ -17,7 +17,7 @@ import { parsePrometheusText } from './support/prometheus.js'
 import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { createHash, generateKeyPairSync, randomUUID } from 'node:crypto'
 import { calculateJwkThumbprint, exportJWK, SignJWT } from 'jose'
-import { YOUNG_GENERATION_FLAG, smallYoungGeneration } from '../src/server/young-generation.js'
+import { YOUNG_GENERATION_FLAG, youngGenerationPays } from '../src/server/young-generation.js'
 
 const PASSWORD = 'worker-test-password'
 const SALT = randomBytes(16)
@@ -176,11 +176,11 @@ describe('server.workers: 2', () => {
     expect(pidsOf(c, answers).has(c.process.child.pid!)).toBe(false)
   })
 
-  it('the workers run with the young generation size where node needs it (young-generation.ts), the primary as it was started', async () => {
+  it('the workers run with the young generation size where it pays (young-generation.ts), the primary as it was started', async () => {
     const argvOf = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
     const workers = c.started()
     expect(workers.length).toBeGreaterThanOrEqual(2)
-    const given = smallYoungGeneration(process.version)
+    const given = youngGenerationPays(process.version)
     for (const pid of workers) expect(argvOf(pid).includes(YOUNG_GENERATION_FLAG)).toBe(given)
     expect(argvOf(c.process.child.pid!)).not.toContain(YOUNG_GENERATION_FLAG)
   })
