@@ -15,7 +15,7 @@ import { youngGenerationArgs } from '../dist/server/young-generation.js'
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 export const ROWS = ['floor', 'c', 'd', 'floor-beside-d']
-/** What Portcullis starts with on this node (`npm start`, the workers): the young generation's size where node needs it. */
+/** What Portcullis starts with on this node (`npm start`, the workers): the young generation's size where it pays. */
 const PORTCULLIS_NODE_ARGS = youngGenerationArgs([], process.env.NODE_OPTIONS)
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 

@@ -9,7 +9,7 @@ describe('the young generation size of a gateway process', () => {
     expect(workerExecArgv(['--enable-source-maps'], '--trace-warnings', 'v20.0.0')).toEqual(['--enable-source-maps', YOUNG_GENERATION_FLAG])
   })
 
-  it('is not given on the nodes where it measured no gain (22, 26) or was not measured, nor for a version it cannot read', () => {
+  it('is not given on the nodes where it measured no gain (22, 24, 26) or was not measured, nor for a version it cannot read', () => {
     for (const version of ['v22.23.3', 'v24.21.0', 'v26.10.0', 'v200.0.0', 'v2.0.0', 'nonsense', '']) {
       expect(youngGenerationPays(version)).toBe(false)
       expect(youngGenerationArgs([], undefined, version)).toEqual([])

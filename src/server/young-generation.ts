@@ -26,7 +26,7 @@ export function youngGenerationPays(version: string): boolean {
   return /^v?20\./.test(version)
 }
 
-/** The node arguments that size a gateway's young generation: the flag, unless the operator set one or node needs none. */
+/** The node arguments that size a gateway's young generation: the flag, unless the operator set one or it does not pay on this node. */
 export function youngGenerationArgs(execArgv: readonly string[], nodeOptions: string | undefined, version = process.version): string[] {
   return setsSemiSpace(execArgv, nodeOptions) || !youngGenerationPays(version) ? [] : [YOUNG_GENERATION_FLAG]
 }
