@@ -18,6 +18,7 @@ import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { scrape, valueOf } from './support/prometheus.js'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { lineCollector } from './support/logs.js'
+import { Client } from 'undici'
 
 /** The YAML block of the README's "Example: one API, many tenants", as a user would copy it. */
 function readmeExample(): { issuers: Array<Record<string, unknown>>; routes: Array<Record<string, unknown>> } {
@@ -274,6 +275,39 @@ describe('reload', () => {
     writeFileSync(env.file, stringify(env.config))
     expect(await env.running.reload()).toBe(true)
     expect((await get('/tenants/acme/orders/7', token)).status).toBe(200)
+  })
+})
+
+describe('reload, on one kept-alive connection', () => {
+  // The connection keeps its last Bearer token with the cache key made of it (src/authn/bearer.ts, issue 24): a
+  // reload with another issuer policy must judge the very same header under the new policy, and back again.
+  it('judges the kept token by each issuer policy in turn: accepted, refused for its audience, accepted again', async () => {
+    const token = await env.issuer.sign(READER)
+    const connection = new Client(env.url)
+    let connections = 0
+    connection.on('connect', () => connections++)
+    const call = async () => {
+      const res = await connection.request({ path: '/tenants/acme/orders/7', method: 'GET', headers: { authorization: `Bearer ${token}` } })
+      await res.body.dump()
+      return res.statusCode
+    }
+    try {
+      expect([await call(), await call()]).toEqual([200, 200])
+      const next = structuredClone(env.config) as { issuers: Array<Record<string, unknown>> }
+      next.issuers[0]!.audience = ['another-api']
+      writeFileSync(env.file, stringify(next))
+      expect(await env.running.reload()).toBe(true)
+      env.upstream.requests.length = 0
+      expect([await call(), await call()]).toEqual([401, 401])
+      expect(env.upstream.requests).toHaveLength(0)
+      writeFileSync(env.file, stringify(env.config))
+      expect(await env.running.reload()).toBe(true)
+      expect([await call(), await call()]).toEqual([200, 200])
+      expect(env.upstream.requests).toHaveLength(2)
+      expect(connections).toBe(1)
+    } finally {
+      await connection.close()
+    }
   })
 })
 

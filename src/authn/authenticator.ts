@@ -16,7 +16,7 @@ import { IntrospectionClient, type IntrospectionEntry } from './introspection.js
 import { JwtIssuer, decodeUnverified, looksLikeJwt, refuseUnsecured } from './jwt.js'
 import type { KeySetStats } from './jwks.js'
 import { keepClaims, type Principal } from './principal.js'
-import { TokenCache, tokenHash, type CacheStats } from './token-cache.js'
+import { TokenCache, tokenHash, type CacheKeyMemo, type CacheStats } from './token-cache.js'
 
 export interface JwtEntry {
   readonly principal: Principal
@@ -155,13 +155,28 @@ export class Authenticator {
    * answers synchronously (a Principal, or a throw), everything else with a promise: the hot path costs one
    * hash, one lookup and one increment (of a plain number), with no decoding and no promise.
    * @param hashOfToken `tokenHash(token)`, when the caller has it (bearer.ts keeps a connection's last one)
+   * @param memo where the caller keeps the cache key made of `hashOfToken` (bearer.ts, with the hash)
    */
-  authenticate(token: string, hashOfToken = tokenHash(token)): Principal | Promise<Principal> {
+  authenticate(token: string, hashOfToken = tokenHash(token), memo?: CacheKeyMemo): Principal | Promise<Principal> {
     const isJwt = looksLikeJwt(token)
-    const key = this.policyTag + hashOfToken
+    const key = this.cacheKey(hashOfToken, memo)
     const hit = isJwt ? this.jwtCache?.get(key) : undefined
     if (hit) return this.admit(hit.principal, hashOfToken, hit.counts)
     return this.authenticateUncached(token, hashOfToken, isJwt, key)
+  }
+
+  /**
+   * The JWT cache key of a token: this policy's tag and the token's hash. Made once per kept token (`memo`), not per
+   * request: a string made per request is hashed and compared in full by each lookup, kept it is hashed once and
+   * found by identity (about 1 µs of a cache hit's CPU in a profile on node 20, issue 24).
+   */
+  private cacheKey(hashOfToken: string, memo: CacheKeyMemo | undefined): string {
+    if (memo === undefined) return this.policyTag + hashOfToken
+    if (memo.keyTag !== this.policyTag) {
+      memo.key = this.policyTag + hashOfToken
+      memo.keyTag = this.policyTag
+    }
+    return memo.key!
   }
 
   private async authenticateUncached(token: string, hashOfToken: string, isJwt: boolean, key: string): Promise<Principal> {

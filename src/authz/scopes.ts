@@ -13,7 +13,9 @@ export function requireScopes(principal: Principal, rule: CompiledRule): void {
   const granted = principal.scopes
   const impliedBy = rule.impliedBy
   // Runs on every request: a loop, and the list of what is missing only when something is.
-  for (const scope of rule.scopesAll) {
+  const all = rule.scopesAll
+  for (let i = 0; i < all.length; i++) {
+    const scope = all[i]!
     if (!granted.includes(scope) && !holdsScope(granted, scope, impliedBy)) {
       const missing = rule.scopesAll.filter((wanted) => !holdsScope(granted, wanted, impliedBy))
       throw new InsufficientScope(rule.scopesAll, `missing ${missing.join(' ')}`, 'scopes.all')

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { compileRules, type CompiledRule } from './compile.js'
 import { allowedMethods, matchRule } from './match.js'
+import { splitPath } from './segments.js'
 
 type RouteSpec = Omit<RouteConfig, 'id' | 'upstream'> & { id?: string }
 
@@ -167,6 +168,17 @@ describe('allowedMethods', () => {
   it('is empty for a path no route matches (a 404, not a 405)', () => {
     const rules = table({ path: '/orders/*', methods: ['GET'] })
     expect(allowedMethods(rules, '/nowhere')).toEqual([])
+  })
+})
+
+describe('splitPath', () => {
+  it('splits exactly as path.slice(1).split("/") did, empty segments included', () => {
+    const paths = ['/', '', '/a', '/a/', '//', '///a//', '/a/b/c', '/api/items/42', 'x', 'ab/c', '/ä/日本/', `/${'a/'.repeat(300)}`]
+    for (const path of paths) expect(splitPath(path), JSON.stringify(path)).toEqual(path.slice(1).split('/'))
+  })
+
+  it('still puts the segments in canonical form', () => {
+    expect(splitPath('/a%3ab/%2a/x*y/%7e')).toEqual(['a:b', '%2A', 'x%2Ay', '%7E'])
   })
 })
 

@@ -16,7 +16,8 @@ export function matchRule(rules: readonly CompiledRule[], method: string, path: 
 /** {@link matchRule} with the path already split ({@link splitPath}), for a caller that reads the segments too. */
 export function matchSplitRule(rules: readonly CompiledRule[], method: string, path: string, segments: readonly string[]): CompiledRule | undefined {
   if (!ROUTABLE_METHODS.has(method) || !path.startsWith('/')) return undefined
-  for (const rule of rules) {
+  for (let i = 0; i < rules.length; i++) {
+    const rule = rules[i]!
     if ((rule.methods === null || rule.methods.has(method)) && matchSegments(rule.segments, segments)) return rule
   }
   return undefined

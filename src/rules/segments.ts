@@ -24,7 +24,7 @@ export function canonicalSegment(segment: string): string {
 
 /** The canonical segments of an origin-form path: `/` is one empty segment, `/a/` is `a` and an empty one. */
 export function splitPath(path: string): string[] {
-  const segments = path.slice(1).split('/')
+  const segments = segmentsOf(path)
   // Most paths have neither: one look at the whole path spares two per segment.
   if (!path.includes('%') && !path.includes('*')) return segments
   for (let i = 0; i < segments.length; i++) {
@@ -32,6 +32,24 @@ export function splitPath(path: string): string[] {
     if (segment.includes('%') || segment.includes('*')) segments[i] = canonicalSegment(segment)
   }
   return segments
+}
+
+/**
+ * `path.slice(1).split('/')`, by hand: `split` calls into V8's runtime for a string made per request (about 0.3 µs
+ * in a micro-benchmark on node 20, 2.5 times this loop; 1 % of a cache hit's CPU in a profile, issue 24).
+ */
+function segmentsOf(path: string): string[] {
+  const segments: string[] = []
+  let start = 1
+  for (;;) {
+    const slash = path.indexOf('/', start)
+    if (slash === -1) {
+      segments.push(path.slice(start))
+      return segments
+    }
+    segments.push(path.slice(start, slash))
+    start = slash + 1
+  }
 }
 
 /**

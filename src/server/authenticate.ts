@@ -41,7 +41,7 @@ export function authenticate(rt: GatewayRuntime, req: IncomingMessage, rule: Com
     if (rule.auth === 'optional') return undefined
     throw rule.dpop === 'required' ? new MissingToken(rt.dpop.settings.algs) : new MissingToken()
   }
-  const found = tracing() === null ? rt.authenticator.authenticate(token.token, token.hash) : authenticateTraced(rt, token)
+  const found = tracing() === null ? rt.authenticator.authenticate(token.token, token.hash, token) : authenticateTraced(rt, token)
   if (found instanceof Promise) {
     return found.then((principal) => {
       if (principal.jkt !== undefined || rule.dpop === 'required' || rt.dpop.issuerRequires) rt.dpop.refuseBearer(principal, rule.dpop)
@@ -68,7 +68,7 @@ function authenticateTraced(rt: GatewayRuntime, token: BearerToken): Principal |
   }
   let found: Principal | Promise<Principal>
   try {
-    found = tracer.within(context, () => rt.authenticator.authenticate(token.token, token.hash))
+    found = tracer.within(context, () => rt.authenticator.authenticate(token.token, token.hash, token))
   } catch (error) {
     span.setAttribute('portcullis.cache.hit', false)
     end(error)
