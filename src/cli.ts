@@ -6,6 +6,8 @@
  */
 // First, before the program loads (and garbage-collects): see the module.
 import './server/tick-shape.js'
+// Then, before anything is optimized: V8's inlining budget (see the module).
+import './server/raise-inlining-budget.js'
 import { existsSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
