@@ -10,7 +10,8 @@
 // Listens on 127.0.0.1 on a port chosen by the OS and prints {"port":N} on stdout once listening. With a
 // config, Portcullis (dist/, as `portcullis start` loads it) is started first in the same process, on the
 // config's own listener, and the floor is served beside it: what sharing a process with the gateway does to
-// the floor's own code (bench/rows.mjs's `floor-beside-d`).
+// the floor's own code (bench/rows.mjs's `floor-beside-d`). Either way V8's inlining budget stays node's own: the
+// CLI raises it (src/server/inlining-budget.ts), this script does not.
 import http from 'node:http'
 import { Pool } from 'undici'
 

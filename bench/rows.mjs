@@ -2,7 +2,8 @@
 // bench/corun.mjs their CPU time two at a time. (floor) is bench/minimal-proxy.mjs, and (floor-beside-d) the same
 // in a process that also runs Portcullis with (d)'s config, serving nothing; (c) and (d) are
 // `portcullis start` with bench/run.mjs's (c) and (d) configs (log level warn) and the node arguments it ships with
-// (src/server/young-generation.ts); the upstream is
+// (src/server/young-generation.ts), and V8's inlining budget the CLI raises itself (src/server/inlining-budget.ts;
+// the floor rows do not raise it: node's defaults); the upstream is
 // bench/servers.mjs. The load is closed-loop over keep-alive connections (undici), one token, GET /api/items/42.
 import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'

@@ -46,7 +46,8 @@
 // Method (as ../shared/reference/performance-baselines.md): everything on 127.0.0.1, ports from the OS. The
 // process under test is pinned to CPU 0; this process (the load generator, autocannon) and the upstream and
 // introspection servers to CPU 1, when taskset exists. Portcullis runs with the node arguments it ships with
-// (`--max-semi-space-size=64` on node 20, src/server/young-generation.ts), the floor with node's defaults. Every (scenario, rep) starts a fresh process under
+// (`--max-semi-space-size=64` on node 20, src/server/young-generation.ts) and raises V8's inlining budget itself as the
+// CLI does (src/server/inlining-budget.ts); the floor runs with node's defaults. Every (scenario, rep) starts a fresh process under
 // test, passes a correctness gate (expected status and body; 401 without a token where auth applies), is
 // warmed up, then measured for a fixed duration. Reps are interleaved (a b c … a b c …) with the order
 // rotated each rep. CPU µs/req is the process under test's utime+stime (/proc/<pid>/stat) over the measured

@@ -12,14 +12,15 @@
  * An operator's own value, on the command line or in NODE_OPTIONS, always stands (`=920` is node's own).
  */
 import v8 from 'node:v8'
+import { flagPattern, setsFlag } from './node-flags.js'
 
 export const INLINING_FLAG = '--max-inlined-bytecode-size-cumulative=3000'
 
-const CUMULATIVE = /(?:^|\s)--max[-_]inlined[-_]bytecode[-_]size[-_]cumulative(?:=|\s|$)/
+const CUMULATIVE = flagPattern('max-inlined-bytecode-size-cumulative')
 
 /** Whether the process's own arguments or NODE_OPTIONS set the cumulative inlining budget already. */
 export function setsInliningBudget(execArgv: readonly string[], nodeOptions: string | undefined): boolean {
-  return execArgv.some((arg) => CUMULATIVE.test(arg)) || (nodeOptions !== undefined && CUMULATIVE.test(nodeOptions))
+  return setsFlag(CUMULATIVE, execArgv, nodeOptions)
 }
 
 /** Whether the raised budget pays on node `version` (`v20.20.2`): node 20, 24 and 26, as measured (see above). */

@@ -12,13 +12,15 @@
  * given where the process is started: `npm start`, and the workers of `server.workers`, which the primary starts
  * itself. An operator's own `--max-semi-space-size` (on the command line or in NODE_OPTIONS) always stands.
  */
+import { flagPattern, setsFlag } from './node-flags.js'
+
 export const YOUNG_GENERATION_FLAG = '--max-semi-space-size=64'
 
-const SEMI_SPACE = /(?:^|\s)--max[-_]semi[-_]space[-_]size(?:=|\s|$)/
+const SEMI_SPACE = flagPattern('max-semi-space-size')
 
 /** Whether the process's own arguments or NODE_OPTIONS set the semi-space size already. */
 export function setsSemiSpace(execArgv: readonly string[], nodeOptions: string | undefined): boolean {
-  return execArgv.some((arg) => SEMI_SPACE.test(arg)) || (nodeOptions !== undefined && SEMI_SPACE.test(nodeOptions))
+  return setsFlag(SEMI_SPACE, execArgv, nodeOptions)
 }
 
 /** Whether the flag pays on node `version` (`v20.20.2`): node 20 only, as measured (see above). */
