@@ -33,4 +33,24 @@ describe('plain metrics render exactly as prom-client\'s own', () => {
     }
     expect(await render(ours, 'mine')).toBe(await render(theirs, 'ref'))
   })
+
+  it('counter: repeats, alternations and a label set differing only in its last value each land in their own series; reset forgets the last one', async () => {
+    const theirs = new Registry()
+    const ours = new Registry()
+    const reference = new Counter({ name: 'ref', help: 'c', labelNames: ['route', 'status'], registers: [theirs] })
+    const plain = new PlainCounter('mine', 'c', ['route', 'status'], ours)
+    const sequence = [['a', '200'], ['a', '200'], ['a', '201'], ['a', '200'], ['b', '200'], ['b', '200'], ['a', '200']] as const
+    for (const [route, status] of sequence) {
+      reference.inc({ route, status })
+      // A label value made anew each time (as String(status) is): equal by content, not the same string object.
+      plain.labels(route, String(Number(status))).value++
+    }
+    expect(await render(ours, 'mine')).toBe(await render(theirs, 'ref'))
+    expect(await render(ours, 'mine')).toContain('m{route="a",status="200"} 4')
+    // After a reset the last series is not reused: counting starts again at 1 in a series the exposition shows.
+    plain.reset()
+    plain.labels('a', '200').value++
+    expect(await render(ours, 'mine')).toContain('m{route="a",status="200"} 1')
+    expect(await render(ours, 'mine')).not.toContain('route="b"')
+  })
 })

@@ -23,12 +23,20 @@ interface MetricValue {
 /** Series by their label values, one level per label: a lookup hashes strings that already exist. */
 type Index<S> = Map<string, Index<S> | S>
 
+function sameValues(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
+  return true
+}
+
 abstract class PlainMetric<Name extends string, S extends Series<Name>> {
   abstract readonly type: 'counter' | 'histogram'
   readonly aggregator = 'sum' as const
   /** Every series, in the order they were made (the exposition order). */
   protected series: S[] = []
   private index: Index<S> = new Map()
+  /** The label values of the last call and their series (a copy: the caller's array is not kept). */
+  private last: { readonly values: readonly string[]; readonly series: S } | undefined
 
   constructor(readonly name: string, readonly help: string, readonly labelNames: readonly Name[], registry: Registry) {
     if (labelNames.length === 0) throw new TypeError(`${name}: a plain metric needs at least one label`)
@@ -44,6 +52,15 @@ abstract class PlainMetric<Name extends string, S extends Series<Name>> {
    * the caller.
    */
   protected child(values: readonly string[]): S {
+    // A proxy's requests mostly repeat the last label set (one route, GET, 200, forwarded): compared first.
+    const last = this.last
+    if (last !== undefined && sameValues(last.values, values)) return last.series
+    const found = this.lookup(values)
+    this.last = { values: values.slice(), series: found }
+    return found
+  }
+
+  private lookup(values: readonly string[]): S {
     let node = this.index
     const last = values.length - 1
     for (let i = 0; i < last; i++) {
@@ -66,6 +83,7 @@ abstract class PlainMetric<Name extends string, S extends Series<Name>> {
   reset(): void {
     this.series = []
     this.index = new Map()
+    this.last = undefined
   }
 
   abstract get(): { name: string; help: string; type: string; aggregator: string; values: MetricValue[] }
