@@ -3,6 +3,8 @@
 //
 //   npm run build && node bench/corun.mjs [--pair floor,d] [--rounds 8] [--duration 5] [--connections 25]
 //                                         [--against DIR]
+//   node bench/corun.mjs --alternate [--pair floor,d] [--pairs 6] [--slices 40] [--slice-ms 250] [--connections 50]
+//                                    [--against DIR]
 //
 // Why: on this VM a row's CPU per request moves by tens of per cent between runs a minute apart (the same
 // (floor) from 37 to 112 µs), so a ratio of two rows measured one after the other, as bench/run.mjs does, is
@@ -16,6 +18,9 @@
 // --against DIR: the second row runs DIR's build (a checkout with dist/ and node_modules), for an A/B of the
 // same row (`--pair d,d --against ../old`).
 //
+// --alternate: the two rows loaded one at a time instead, in alternating slices (rows.mjs `alternate`): each
+// slice has the CPU to itself, as in bench/run.mjs, and the VM's drift falls on both; `--pairs` fresh process pairs.
+// Checked on itself here (2026-11-26, --alternate): (floor) over (floor) 0.947–1.05 a process pair, median 0.998.
 // What it is not: the two share CPU 0 and its caches, so each row's µs per request is higher than alone (about
 // twice), and not what bench/run.mjs reports; only the ratio is the result. The faster row answers more
 // requests, as a closed loop does. Checked on itself: (floor) against (floor) and (d) against (d) give
@@ -26,22 +31,26 @@ import path from 'node:path'
 import { spawnSync } from 'node:child_process'
 import { parseArgs } from 'node:util'
 import { cpuMicros } from './cpu.mjs'
-import { ROWS, load, root, startBench, startRow } from './rows.mjs'
+import { ROWS, alternate, load, root, startBench, startRow } from './rows.mjs'
 
 const { values: opts } = parseArgs({
   options: {
     pair: { type: 'string', default: 'floor,d' },
     rounds: { type: 'string', default: '8' },
     duration: { type: 'string', default: '5' },
-    connections: { type: 'string', default: '25' },
+    connections: { type: 'string' },
     warmup: { type: 'string', default: '5' },
     against: { type: 'string' },
+    alternate: { type: 'boolean', default: false },
+    pairs: { type: 'string', default: '6' },
+    slices: { type: 'string', default: '40' },
+    'slice-ms': { type: 'string', default: '250' },
   },
 })
 const pair = opts.pair.split(',')
 if (pair.length !== 2 || !pair.every((row) => ROWS.includes(row))) throw new Error(`--pair is two of ${ROWS.join(', ')}, e.g. floor,d`)
 if (spawnSync('taskset', ['-c', '0', 'true']).status !== 0) throw new Error('taskset is needed (util-linux) and two CPUs')
-const connections = Number(opts.connections)
+const connections = Number(opts.connections ?? (opts.alternate ? 50 : 25))
 const ms = Number(opts.duration) * 1000
 
 // This process (the load) and the upstream on CPU 1; the two processes under test on CPU 0.
@@ -51,6 +60,20 @@ const bench = await startBench(dir, ['taskset', '-c', '1'])
 const builds = [root, opts.against ? path.resolve(opts.against) : root]
 const label = (i) => `${pair[i]}${opts.against && i === 1 ? ` (${builds[1]})` : ''}`
 let rows = []
+if (opts.alternate) {
+  try {
+    const result = await alternate(bench, pair, {
+      builds, processPairs: Number(opts.pairs), slices: Number(opts.slices), sliceMs: Number(opts['slice-ms']),
+      connections, prefix: ['taskset', '-c', '0'], log: console.log,
+    })
+    console.log(JSON.stringify({ mode: 'alternate', pair, against: opts.against ?? null, ratios: result.ratios.map((r) => Number(r.toFixed(3))),
+      medianRatio: Number(result.median.toFixed(3)), microsPerRequest: result.microsPerRequest.map((m) => Number(m.toFixed(1))) }))
+  } finally {
+    bench.upstream.proc.kill()
+    rmSync(dir, { recursive: true, force: true })
+  }
+  process.exit(0)
+}
 /** Starts the two rows, the one of index `first` first. */
 async function startRows(first) {
   const started = []

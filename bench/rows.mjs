@@ -1,5 +1,6 @@
-// The proxy rows measured outside bench/run.mjs (issue 24): bench/callgrind.mjs counts their instructions,
-// bench/corun.mjs their CPU time two at a time. (floor) is bench/minimal-proxy.mjs, and (floor-beside-d) the same
+// The proxy rows measured outside bench/run.mjs's reps (issue 24): bench/callgrind.mjs counts their instructions,
+// bench/corun.mjs their CPU time two at a time, `alternate` (below; corun.mjs --alternate, and run.mjs for (d) over
+// the floor) in alternating slices. (floor) is bench/minimal-proxy.mjs, and (floor-beside-d) the same
 // in a process that also runs Portcullis with (d)'s config, serving nothing; (c) and (d) are
 // `portcullis start` with bench/run.mjs's (c) and (d) configs (log level warn) and the node arguments it ships with
 // (src/server/young-generation.ts), and V8's inlining budget the CLI raises itself (src/server/inlining-budget.ts;
@@ -12,6 +13,7 @@ import { fileURLToPath } from 'node:url'
 import { performance } from 'node:perf_hooks'
 import { Pool } from 'undici'
 import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
+import { cpuMicrosPrecise } from './cpu.mjs'
 import { youngGenerationArgs } from '../dist/server/young-generation.js'
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
@@ -96,21 +98,88 @@ export async function startRow(bench, row, build, { prefix = [], nodeArgs = [] }
  * `ms`. Resolves with the number answered; throws if any was not answered 200.
  */
 export async function load(bench, base, { count = Infinity, ms = Infinity, connections = 20 }) {
+  const loading = loader(bench, base, connections)
+  try {
+    return await loading.run({ count, ms })
+  } finally {
+    await loading.close()
+  }
+}
+
+/** A load on `base` whose keep-alive connections stay open between runs (`run` as `load`), until `close`. */
+export function loader(bench, base, connections) {
   const pool = new Pool(base, { connections })
-  const end = performance.now() + ms
-  let sent = 0
-  let answered = 0
-  let failed = 0
-  await Promise.all(Array.from({ length: connections }, async () => {
-    while (sent < count && performance.now() < end) {
-      sent++
-      const res = await pool.request({ path: '/api/items/42', method: 'GET', headers: { authorization: `Bearer ${bench.token}` } })
-      await res.body.text()
-      if (res.statusCode === 200) answered++
-      else failed++
+  return {
+    async run({ count = Infinity, ms = Infinity }) {
+      const end = performance.now() + ms
+      let sent = 0
+      let answered = 0
+      let failed = 0
+      await Promise.all(Array.from({ length: connections }, async () => {
+        while (sent < count && performance.now() < end) {
+          sent++
+          const res = await pool.request({ path: '/api/items/42', method: 'GET', headers: { authorization: `Bearer ${bench.token}` } })
+          await res.body.text()
+          if (res.statusCode === 200) answered++
+          else failed++
+        }
+      }))
+      if (failed > 0) throw new Error(`${failed} of ${answered + failed} requests were not answered 200`)
+      return answered
+    },
+    close: () => pool.close(),
+  }
+}
+
+/**
+ * The CPU per request of two rows, measured in alternation (issue 24): `pair` (two of ROWS) started side by side,
+ * each pinned to the same CPU (`prefix`, e.g. taskset -c 0) and warmed up alone, then loaded one at a time in
+ * `slices` slices of `sliceMs` each, first one row then the other (the order swapped every slice pair). A slice
+ * has the CPU to itself, as a row measured alone does; and whatever the VM does over a second or two (on these
+ * VMs a row's CPU per request moves by 20 % from one second to the next) falls on both rows alike. Each slice's
+ * CPU time is every thread's, to the nanosecond (cpuMicrosPrecise). That is one process pair; `processPairs`
+ * fresh pairs are measured (two processes of the same build differ by a few per cent: code and heap layout),
+ * half started with the first row first. Returns each pair's ratio (second row's CPU per request over the
+ * first's, over all its slices), their median, and each row's µs per request over everything.
+ */
+export async function alternate(bench, pair, { builds = [root, root], slices = 40, sliceMs = 250, connections = 50, warmupMs = 3000,
+  processPairs = 6, prefix = [], cpu = cpuMicrosPrecise, log = () => {} } = {}) {
+  const totals = { cpu: [0, 0], requests: [0, 0] }
+  const ratios = []
+  for (let p = 0; p < processPairs; p++) {
+    const first = p % 2
+    const rows = []
+    const loads = []
+    try {
+      for (const i of [first, 1 - first]) rows[i] = await startRow(bench, pair[i], builds[i], { prefix })
+      for (const i of [first, 1 - first]) loads[i] = loader(bench, rows[i].base, connections)
+      for (const i of [first, 1 - first]) await loads[i].run({ ms: warmupMs })
+      const used = [0, 0]
+      const answered = [0, 0]
+      for (let s = 0; s < slices; s++) {
+        const i = (s + first + (s >> 1)) % 2
+        const pid = rows[i].proc.proc.pid
+        const before = cpu(pid)
+        answered[i] += await loads[i].run({ ms: sliceMs })
+        used[i] += cpu(pid) - before
+      }
+      const ratio = (used[1] / answered[1]) / (used[0] / answered[0])
+      ratios.push(ratio)
+      for (const i of [0, 1]) {
+        totals.cpu[i] += used[i]
+        totals.requests[i] += answered[i]
+      }
+      log(`process pair ${p + 1}/${processPairs} (${pair[first]} started first): ${pair[0]} ${(used[0] / answered[0]).toFixed(1)} µs/req, ` +
+        `${pair[1]} ${(used[1] / answered[1]).toFixed(1)} µs/req, ratio ${ratio.toFixed(3)}`)
+    } finally {
+      await Promise.all(loads.map((load) => load?.close()))
+      for (const row of rows) row?.proc.proc.kill('SIGKILL')
     }
-  }))
-  await pool.close()
-  if (failed > 0) throw new Error(`${failed} of ${answered + failed} requests were not answered 200`)
-  return answered
+  }
+  const sorted = [...ratios].sort((a, b) => a - b)
+  return {
+    ratios,
+    median: (sorted[(sorted.length - 1) >> 1] + sorted[sorted.length >> 1]) / 2,
+    microsPerRequest: totals.cpu.map((c, i) => c / totals.requests[i]),
+  }
 }
