@@ -17,12 +17,12 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
-import net from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { cpuMicros } from './cpu.mjs'
+import { freePort } from './rows.mjs'
 import { NGINX, nginxConfig } from './nginx.mjs'
 import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
 
@@ -36,9 +36,6 @@ const PATH = '/api/items/42'
 if (NGINX === undefined || spawnSync('wrk', ['--version']).error) throw new Error('needs nginx (nginx-light) and wrk')
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const freePort = () => new Promise((resolve) => {
-  const server = net.createServer().listen(0, '127.0.0.1', () => { const { port } = server.address(); server.close(() => resolve(port)) })
-})
 const get = (url, headers = {}) => new Promise((resolve, reject) => {
   http.get(url, { headers, agent: false }, (res) => { res.resume(); res.on('end', () => resolve(res.statusCode)) }).on('error', reject)
 })

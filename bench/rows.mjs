@@ -8,6 +8,7 @@
 // bench/servers.mjs. The load is closed-loop over keep-alive connections (undici), one token, GET /api/items/42.
 import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
+import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { performance } from 'node:perf_hooks'
@@ -66,31 +67,47 @@ function config(bench, row, port) {
 
 let started = 0
 
+/** A port the OS says is free now (for Portcullis, whose config names its port). */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address()
+      server.close(() => resolve(port))
+    })
+  })
+}
+
 /**
  * Starts `row` of the build in `build` (a checkout with dist/ and node_modules) under `prefix` (valgrind, taskset:
  * they exec it, so the pid is the process under test's), with `nodeArgs`; resolves once it answers 200.
  */
 export async function startRow(bench, row, build, { prefix = [], nodeArgs = [] } = {}) {
-  const port = 20_000 + Math.floor(Math.random() * 20_000)
   const file = path.join(bench.dir, `portcullis-${row}-${++started}.yaml`)
   if (row.startsWith('floor')) {
     // floor-beside-d: the floor in a process that also runs Portcullis with (d)'s config (serving nothing), with its node arguments.
     const beside = row === 'floor-beside-d'
-    if (beside) writeFileSync(file, config(bench, 'd', port))
+    if (beside) writeFileSync(file, config(bench, 'd', await freePort()))
     const proc = start([...prefix, process.execPath, ...(beside ? PORTCULLIS_NODE_ARGS : []), ...nodeArgs,
       path.join(build, 'bench/minimal-proxy.mjs'), bench.upstreamUrl, ...(beside ? [file] : [])])
     return { proc, base: `http://127.0.0.1:${await portOf(proc)}` }
   }
-  writeFileSync(file, config(bench, row, port))
-  const proc = start([...prefix, process.execPath, ...PORTCULLIS_NODE_ARGS, ...nodeArgs, path.join(build, 'dist/cli.js'), 'start', '--config', file])
-  const base = `http://127.0.0.1:${port}`
-  for (let i = 0; ; i++) {
-    const up = await fetch(`${base}/api/items/42`, { headers: { authorization: `Bearer ${bench.token}` } }).then((res) => res.status === 200, () => false)
-    if (up) break
-    if (i > 1_200 || proc.proc.exitCode !== null) throw new Error(`did not start: ${proc.err().slice(-500)}`)
-    await sleep(100)
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort()
+    writeFileSync(file, config(bench, row, port))
+    const proc = start([...prefix, process.execPath, ...PORTCULLIS_NODE_ARGS, ...nodeArgs, path.join(build, 'dist/cli.js'), 'start', '--config', file])
+    const base = `http://127.0.0.1:${port}`
+    for (let i = 0; ; i++) {
+      const up = await fetch(`${base}/api/items/42`, { headers: { authorization: `Bearer ${bench.token}` } }).then((res) => res.status === 200, () => false)
+      if (up) return { proc, base }
+      if (i > 1_200 || proc.proc.exitCode !== null) break
+      await sleep(100)
+    }
+    proc.proc.kill('SIGKILL')
+    // The port may have been taken between freePort() and the listen (a load's own sockets): try another one.
+    if (attempt >= 3 || !/EADDRINUSE/.test(proc.err())) throw new Error(`did not start: ${proc.err().slice(-500)}`)
   }
-  return { proc, base }
 }
 
 /**

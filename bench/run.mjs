@@ -62,7 +62,6 @@ import { spawn, spawnSync } from 'node:child_process'
 import { createPublicKey, randomBytes, scryptSync } from 'node:crypto'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
-import net from 'node:net'
 import { cpus, tmpdir } from 'node:os'
 import path from 'node:path'
 import readline from 'node:readline'
@@ -75,7 +74,7 @@ import { BODY, OPAQUE_ISSUER } from './servers.mjs'
 import { cpuMicros } from './cpu.mjs'
 import { AUDIENCE, ISSUER, dpopKey, generateKeys, mintDpopProofs, mintTokens, mintTokensParallel } from './tokens.mjs'
 import { NGINX, nginxConfig } from './nginx.mjs'
-import { alternate } from './rows.mjs'
+import { alternate, freePort } from './rows.mjs'
 // Portcullis runs with the node arguments it starts with on this node (`npm start`, the workers); the floor with node's defaults.
 import { youngGenerationArgs } from '../dist/server/young-generation.js'
 
@@ -148,18 +147,6 @@ function cpuTicks() {
   })
 }
 const ticksPercent = (before, after, field) => before.map((b, i) => Math.round(100 * (after[i][field] - b[field]) / Math.max(1, after[i][1] - b[1])))
-
-/** A port the OS says is free now (for Portcullis, whose config names its port). */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address()
-      server.close(() => resolve(port))
-    })
-  })
-}
 
 /** One HTTP request on a connection of its own (no pool left holding sockets to the process under test). */
 function request(url, { method = 'GET', headers = {}, body } = {}) {
