@@ -67,7 +67,7 @@ if (opts.alternate) {
       connections, prefix: ['taskset', '-c', '0'], log: console.log,
     })
     console.log(JSON.stringify({ mode: 'alternate', pair, against: opts.against ?? null, ratios: result.ratios.map((r) => Number(r.toFixed(3))),
-      medianRatio: Number(result.median.toFixed(3)), microsPerRequest: result.microsPerRequest.map((m) => Number(m.toFixed(1))) }))
+      medianRatio: Number(result.median.toFixed(3)), wholeMedianRatio: Number(result.wholeMedian.toFixed(3)), microsPerRequest: result.microsPerRequest.map((m) => Number(m.toFixed(1))) }))
   } finally {
     bench.upstream.proc.kill()
     rmSync(dir, { recursive: true, force: true })

@@ -157,12 +157,14 @@ export function loader(bench, base, connections) {
  * CPU time is every thread's, to the nanosecond (cpuMicrosPrecise). That is one process pair; `processPairs`
  * fresh pairs are measured (two processes of the same build differ by a few per cent: code and heap layout),
  * half started with the first row first. Returns each pair's ratio (second row's CPU per request over the
- * first's, over all its slices), their median, and each row's µs per request over everything.
+ * first's, over all its slices), their median, the same with each row's idle slices counted too (`wholeRatios`,
+ * `wholeMedian`), and each row's µs per request over everything.
  */
 export async function alternate(bench, pair, { builds = [root, root], slices = 40, sliceMs = 250, connections = 50, warmupMs = 3000,
   processPairs = 6, prefix = [], cpu = cpuMicrosPrecise, log = () => {} } = {}) {
   const totals = { cpu: [0, 0], requests: [0, 0] }
   const ratios = []
+  const wholeRatios = []
   for (let p = 0; p < processPairs; p++) {
     const first = p % 2
     const rows = []
@@ -173,6 +175,7 @@ export async function alternate(bench, pair, { builds = [root, root], slices = 4
       for (const i of [first, 1 - first]) await loads[i].run({ ms: warmupMs })
       const used = [0, 0]
       const answered = [0, 0]
+      const startedAt = rows.map((row) => cpu(row.proc.proc.pid))
       for (let s = 0; s < slices; s++) {
         const i = (s + first + (s >> 1)) % 2
         const pid = rows[i].proc.proc.pid
@@ -182,21 +185,30 @@ export async function alternate(bench, pair, { builds = [root, root], slices = 4
       }
       const ratio = (used[1] / answered[1]) / (used[0] / answered[0])
       ratios.push(ratio)
+      // The same over the whole alternation, each row's idle slices counted too: work a row defers past its
+      // slice's last answer (and its timers) falls there, and must not be left out.
+      const whole = rows.map((row, i) => (cpu(row.proc.proc.pid) - startedAt[i]) / answered[i])
+      wholeRatios.push(whole[1] / whole[0])
       for (const i of [0, 1]) {
         totals.cpu[i] += used[i]
         totals.requests[i] += answered[i]
       }
       log(`process pair ${p + 1}/${processPairs} (${pair[first]} started first): ${pair[0]} ${(used[0] / answered[0]).toFixed(1)} µs/req, ` +
-        `${pair[1]} ${(used[1] / answered[1]).toFixed(1)} µs/req, ratio ${ratio.toFixed(3)}`)
+        `${pair[1]} ${(used[1] / answered[1]).toFixed(1)} µs/req, ratio ${ratio.toFixed(3)} (idle slices counted too: ${wholeRatios.at(-1).toFixed(3)})`)
     } finally {
       await Promise.all(loads.map((load) => load?.close()))
       for (const row of rows) row?.proc.proc.kill('SIGKILL')
     }
   }
-  const sorted = [...ratios].sort((a, b) => a - b)
+  const median = (values) => {
+    const sorted = [...values].sort((a, b) => a - b)
+    return (sorted[(sorted.length - 1) >> 1] + sorted[sorted.length >> 1]) / 2
+  }
   return {
     ratios,
-    median: (sorted[(sorted.length - 1) >> 1] + sorted[sorted.length >> 1]) / 2,
+    median: median(ratios),
+    wholeRatios,
+    wholeMedian: median(wholeRatios),
     microsPerRequest: totals.cpu.map((c, i) => c / totals.requests[i]),
   }
 }
