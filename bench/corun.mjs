@@ -4,6 +4,7 @@
 //   npm run build && node bench/corun.mjs [--pair floor,d] [--rounds 8] [--duration 5] [--connections 25]
 //                                         [--against DIR]
 //   node bench/corun.mjs --alternate [--pair floor,d] [--pairs 6] [--slices 40] [--slice-ms 250] [--connections 50]
+//                                    [--client undici|autocannon]
 //                                    [--against DIR]
 //
 // Why: on this VM a row's CPU per request moves by tens of per cent between runs a minute apart (the same
@@ -45,6 +46,7 @@ const { values: opts } = parseArgs({
     pairs: { type: 'string', default: '6' },
     slices: { type: 'string', default: '40' },
     'slice-ms': { type: 'string', default: '250' },
+    client: { type: 'string', default: 'undici' },
   },
 })
 const pair = opts.pair.split(',')
@@ -63,10 +65,10 @@ let rows = []
 if (opts.alternate) {
   try {
     const result = await alternate(bench, pair, {
-      builds, processPairs: Number(opts.pairs), slices: Number(opts.slices), sliceMs: Number(opts['slice-ms']),
+      builds, processPairs: Number(opts.pairs), slices: Number(opts.slices), sliceMs: Number(opts['slice-ms']), client: opts.client,
       connections, prefix: ['taskset', '-c', '0'], log: console.log,
     })
-    console.log(JSON.stringify({ mode: 'alternate', pair, against: opts.against ?? null, ratios: result.ratios.map((r) => Number(r.toFixed(3))),
+    console.log(JSON.stringify({ mode: 'alternate', client: opts.client, pair, against: opts.against ?? null, ratios: result.ratios.map((r) => Number(r.toFixed(3))),
       medianRatio: Number(result.median.toFixed(3)), wholeMedianRatio: Number(result.wholeMedian.toFixed(3)), microsPerRequest: result.microsPerRequest.map((m) => Number(m.toFixed(1))) }))
   } finally {
     bench.upstream.proc.kill()

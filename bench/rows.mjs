@@ -4,7 +4,8 @@
 // in a process that also runs Portcullis with (d)'s config, serving nothing; (c) and (d) are
 // `portcullis start` with bench/run.mjs's (c) and (d) configs (log level warn) and the node arguments it ships with
 // (src/server/young-generation.ts), and V8's inlining budget the CLI raises itself (src/server/inlining-budget.ts;
-// the floor rows do not raise it: node's defaults); the upstream is
+// the floor rows do not raise it: node's defaults, but (floor-budget), the floor with the same budget, for a
+// like-for-like ratio); the upstream is
 // bench/servers.mjs. The load is closed-loop over keep-alive connections (undici), one token, GET /api/items/42.
 import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
@@ -13,12 +14,14 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { performance } from 'node:perf_hooks'
 import { Pool } from 'undici'
+import autocannon from 'autocannon'
 import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
 import { cpuMicrosPrecise } from './cpu.mjs'
 import { youngGenerationArgs } from '../dist/server/young-generation.js'
+import { INLINING_FLAG } from '../dist/server/inlining-budget.js'
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
-export const ROWS = ['floor', 'c', 'd', 'floor-beside-d']
+export const ROWS = ['floor', 'floor-budget', 'c', 'd', 'floor-beside-d']
 /** What Portcullis starts with on this node (`npm start`, the workers): the young generation's size where it pays. */
 const PORTCULLIS_NODE_ARGS = youngGenerationArgs([], process.env.NODE_OPTIONS)
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -87,9 +90,11 @@ export async function startRow(bench, row, build, { prefix = [], nodeArgs = [] }
   const file = path.join(bench.dir, `portcullis-${row}-${++started}.yaml`)
   if (row.startsWith('floor')) {
     // floor-beside-d: the floor in a process that also runs Portcullis with (d)'s config (serving nothing), with its node arguments.
+    // floor-budget: the floor given the inlining budget Portcullis raises itself, for a like-for-like ratio.
     const beside = row === 'floor-beside-d'
     if (beside) writeFileSync(file, config(bench, 'd', await freePort()))
-    const proc = start([...prefix, process.execPath, ...(beside ? PORTCULLIS_NODE_ARGS : []), ...nodeArgs,
+    const budget = row === 'floor-budget' ? [INLINING_FLAG] : []
+    const proc = start([...prefix, process.execPath, ...(beside ? PORTCULLIS_NODE_ARGS : []), ...budget, ...nodeArgs,
       path.join(build, 'bench/minimal-proxy.mjs'), bench.upstreamUrl, ...(beside ? [file] : [])])
     return { proc, base: `http://127.0.0.1:${await portOf(proc)}` }
   }
@@ -149,6 +154,24 @@ export function loader(bench, base, connections) {
 }
 
 /**
+ * The same load from autocannon, as bench/run.mjs's reps: it keeps the process under test busier than the undici
+ * client does (more of the requests in flight wait in the server), and (d) pays more for it than the floor
+ * (README, Performance). Its connections do not outlive a run: each run opens `connections` new ones, and the
+ * requests in flight when it stops are served but not counted (both under 1 % of a 1 s slice, alike for both rows).
+ */
+export function cannonLoader(bench, base, connections) {
+  return {
+    async run({ ms }) {
+      const result = await autocannon({ url: `${base}/api/items/42`, connections, duration: ms / 1000, sampleInt: 100,
+        headers: { authorization: `Bearer ${bench.token}` } })
+      if (result.non2xx > 0 || result.errors > 0) throw new Error(`${result.non2xx} answers not 2xx and ${result.errors} errors of ${result.requests.total}`)
+      return result['2xx']
+    },
+    close: async () => {},
+  }
+}
+
+/**
  * The CPU per request of two rows, measured in alternation (issue 24): `pair` (two of ROWS) started side by side,
  * each pinned to the same CPU (`prefix`, e.g. taskset -c 0) and warmed up alone, then loaded one at a time in
  * `slices` slices of `sliceMs` each, first one row then the other (the order swapped every slice pair). A slice
@@ -161,7 +184,8 @@ export function loader(bench, base, connections) {
  * `wholeMedian`), and each row's µs per request over everything.
  */
 export async function alternate(bench, pair, { builds = [root, root], slices = 40, sliceMs = 250, connections = 50, warmupMs = 3000,
-  processPairs = 6, prefix = [], cpu = cpuMicrosPrecise, log = () => {} } = {}) {
+  processPairs = 6, prefix = [], cpu = cpuMicrosPrecise, client = 'undici', log = () => {} } = {}) {
+  const loaderOf = client === 'autocannon' ? cannonLoader : loader
   const totals = { cpu: [0, 0], requests: [0, 0] }
   const ratios = []
   const wholeRatios = []
@@ -171,7 +195,7 @@ export async function alternate(bench, pair, { builds = [root, root], slices = 4
     const loads = []
     try {
       for (const i of [first, 1 - first]) rows[i] = await startRow(bench, pair[i], builds[i], { prefix })
-      for (const i of [first, 1 - first]) loads[i] = loader(bench, rows[i].base, connections)
+      for (const i of [first, 1 - first]) loads[i] = loaderOf(bench, rows[i].base, connections)
       for (const i of [first, 1 - first]) await loads[i].run({ ms: warmupMs })
       const used = [0, 0]
       const answered = [0, 0]
