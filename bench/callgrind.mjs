@@ -18,7 +18,7 @@ import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
-import { ROWS, load, root, sleep, startBench, startRow } from './rows.mjs'
+import { ROWS, load, median, root, sleep, startBench, startRow } from './rows.mjs'
 
 const { values: opts } = parseArgs({
   options: {
@@ -87,10 +87,6 @@ try {
 } finally {
   bench.upstream.proc.kill()
   rmSync(dir, { recursive: true, force: true })
-}
-const median = (values) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return (sorted[(sorted.length - 1) >> 1] + sorted[sorted.length >> 1]) / 2
 }
 for (const [build, runs] of results) {
   console.log(JSON.stringify({ scenario: opts.scenario, build: build === root ? '.' : build, medianInstructionsPerRequest: median(runs.map((run) => run.steady)),

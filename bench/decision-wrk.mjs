@@ -22,7 +22,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { cpuMicros } from './cpu.mjs'
-import { freePort } from './rows.mjs'
+import { freePort, median, sleep } from './rows.mjs'
 import { NGINX, nginxConfig } from './nginx.mjs'
 import { AUDIENCE, ISSUER, generateKeys, mintTokens } from './tokens.mjs'
 
@@ -35,7 +35,6 @@ const SECRET = 'bench-decision-secret-0123456789abcdef'
 const PATH = '/api/items/42'
 if (NGINX === undefined || spawnSync('wrk', ['--version']).error) throw new Error('needs nginx (nginx-light) and wrk')
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const get = (url, headers = {}) => new Promise((resolve, reject) => {
   http.get(url, { headers, agent: false }, (res) => { res.resume(); res.on('end', () => resolve(res.statusCode)) }).on('error', reject)
 })
@@ -148,7 +147,6 @@ for (let rep = 0; rep < REPS; rep++) {
 }
 await upstream.stop()
 
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2 }
 console.log(`wrk -t1 -c${CONNECTIONS}, ${REPS} interleaved reps of ${DURATION} s; processes under test on CPU 0, wrk and the upstream on CPU 1; medians.\n`)
 console.log('| setup | req/s | CPU µs/req (sum) | by process | ratio to nginx alone (req/s) |')
 console.log('|---|---|---|---|---|')

@@ -6,7 +6,8 @@
 // (src/server/young-generation.ts), and V8's inlining budget the CLI raises itself (src/server/inlining-budget.ts;
 // the floor rows do not raise it: node's defaults, but (floor-budget), the floor with the same budget, for a
 // like-for-like ratio); the upstream is
-// bench/servers.mjs. The load is closed-loop over keep-alive connections (undici), one token, GET /api/items/42.
+// bench/servers.mjs. The load is closed-loop over keep-alive connections (undici; or autocannon, `cannonLoader`), one
+// token, GET /api/items/42.
 import { spawn } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import net from 'node:net'
@@ -25,6 +26,11 @@ export const ROWS = ['floor', 'floor-budget', 'c', 'd', 'floor-beside-d']
 /** What Portcullis starts with on this node (`npm start`, the workers): the young generation's size where it pays. */
 const PORTCULLIS_NODE_ARGS = youngGenerationArgs([], process.env.NODE_OPTIONS)
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+/** The median of a non-empty list of numbers (of an even count, the mean of the two middle ones). */
+export function median(values) {
+  const sorted = [...values].sort((a, b) => a - b)
+  return (sorted[(sorted.length - 1) >> 1] + sorted[sorted.length >> 1]) / 2
+}
 
 /** Runs `argv`, keeping its output. */
 export function start(argv) {
@@ -155,8 +161,8 @@ export function loader(bench, base, connections) {
 
 /**
  * The same load from autocannon, as bench/run.mjs's reps: it keeps the process under test busier than the undici
- * client does (more of the requests in flight wait in the server), and (d) pays more for it than the floor
- * (README, Performance). Its connections do not outlive a run: each run opens `connections` new ones, and the
+ * client does (more of the requests in flight wait in the server); measured one after the other, (d) seemed to pay
+ * more for that than the floor, in alternation it did not (README, Performance). Its connections do not outlive a run: each run opens `connections` new ones, and the
  * requests in flight when it stops are served but not counted (both under 1 % of a 1 s slice, alike for both rows).
  */
 export function cannonLoader(bench, base, connections) {
@@ -223,10 +229,6 @@ export async function alternate(bench, pair, { builds = [root, root], slices = 4
       await Promise.all(loads.map((load) => load?.close()))
       for (const row of rows) row?.proc.proc.kill('SIGKILL')
     }
-  }
-  const median = (values) => {
-    const sorted = [...values].sort((a, b) => a - b)
-    return (sorted[(sorted.length - 1) >> 1] + sorted[sorted.length >> 1]) / 2
   }
   return {
     ratios,

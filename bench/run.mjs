@@ -74,7 +74,7 @@ import { BODY, OPAQUE_ISSUER } from './servers.mjs'
 import { cpuMicros } from './cpu.mjs'
 import { AUDIENCE, ISSUER, dpopKey, generateKeys, mintDpopProofs, mintTokens, mintTokensParallel } from './tokens.mjs'
 import { NGINX, nginxConfig } from './nginx.mjs'
-import { alternate, freePort } from './rows.mjs'
+import { alternate, freePort, sleep } from './rows.mjs'
 // Portcullis runs with the node arguments it starts with on this node (`npm start`, the workers); the floor with node's defaults.
 import { youngGenerationArgs } from '../dist/server/young-generation.js'
 
@@ -120,7 +120,6 @@ for (const [name, value] of Object.entries({ DURATION, WARMUP, REPS, PROXY_CONNE
 }
 
 // ---- small helpers ---------------------------------------------------------------------------------------
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 /** A sleep that does not keep the process alive (the losing side of a race). */
 const deadline = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref())
 const median = (xs) => {
