@@ -13,7 +13,7 @@
 import { compileRules } from '../dist/rules/compile.js'
 import { authorize } from '../dist/authz/scopes.js'
 import { buildUpstreamHeaders, createHeaderPolicy, responseHeaderList } from '../dist/forward/upstream-headers.js'
-import { compileClaimPlan } from '../dist/claims/plan.js'
+import { compileClaimPlan } from '../dist/rules/claim-plan.js'
 import { splitPath } from '../dist/rules/segments.js'
 import { corsAnswer } from '../dist/cors/policy.js'
 import { withCorsHeaders } from '../dist/cors/response.js'

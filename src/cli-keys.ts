@@ -3,8 +3,8 @@
  * authorization server, changed while no gateway needs to stop.
  */
 import { existsSync } from 'node:fs'
-import { ConfigError, loadConfigFile } from './config/load.js'
-import { describeRedisUrl } from './authserver/storage/redis-url.js'
+import { ConfigError, loadConfigFile } from './check/load.js'
+import { describeRedisUrl } from './redis/url.js'
 import type { AuthServerSettings } from './authserver/settings.js'
 import type { StorageAdapter } from './authserver/storage/adapter.js'
 import { oneLine, readStdin } from './cli-io.js'

@@ -1,8 +1,8 @@
 /** Issue 19: `authorization_server.client_metadata_documents` as `portcullis check` sees it: refusals and warnings. */
 import { describe, expect, it } from 'vitest'
 import { stringify } from 'yaml'
-import { loadConfig, ConfigError } from '../src/config/load.js'
-import { configWarnings } from '../src/config/lint.js'
+import { loadConfig, ConfigError } from '../src/check/load.js'
+import { configWarnings } from '../src/check/lint.js'
 
 const configWith = (documents: Record<string, unknown>) => stringify({
   upstreams: { echo: { url: 'builtin:echo' } },

@@ -6,7 +6,7 @@
  * again: the same tokens, never a second family (checklist RT-05). Run on the memory and the SQLite store.
  */
 import { describe, expect, it, type TestContext } from 'vitest'
-import { loadConfig } from '../src/config/load.js'
+import { loadConfig } from '../src/check/load.js'
 import { startAuthServerGateway } from './support/gateway.js'
 import { APP, OTHER, RS, basic, callApi, passwordGrant, passwordSetup, postForm, refresh } from './support/authserver.js'
 

@@ -5,8 +5,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { stringify } from 'yaml'
-import { loadConfig, ConfigError } from '../src/config/load.js'
-import { configWarnings } from '../src/config/lint.js'
+import { loadConfig, ConfigError } from '../src/check/load.js'
+import { configWarnings } from '../src/check/lint.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
 import { IAT, LOOPBACK, NATIVE_APP, auditEvents, register, registrationSetup, storedRegistrations } from './support/registration.js'
 

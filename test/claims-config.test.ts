@@ -5,7 +5,7 @@
  * How the compiled conditions and headers behave at request time is not tested here.
  */
 import { describe, expect, it } from 'vitest'
-import { ConfigError, loadConfig, type ConfigIssue } from '../src/config/load.js'
+import { ConfigError, loadConfig, type ConfigIssue } from '../src/check/load.js'
 import { compileRules } from '../src/rules/compile.js'
 
 const FILE = 'portcullis.yaml'

@@ -2,8 +2,8 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { ConfigError, loadConfig, loadConfigFile, type ConfigIssue } from '../src/config/load.js'
-import { configWarnings } from '../src/config/lint.js'
+import { ConfigError, loadConfig, loadConfigFile, type ConfigIssue } from '../src/check/load.js'
+import { configWarnings } from '../src/check/lint.js'
 import { parseDuration, parseSize } from '../src/config/units.js'
 import { compileRules } from '../src/rules/compile.js'
 import { CLI, spawnProcess } from './support/cli.js'
@@ -501,7 +501,7 @@ describe('authorization_server', () => {
   const base = (issuer: string) => `upstreams:\n  main:\n    url: "http://127.0.0.1:9001"\nroutes:\n  - id: all\n    path: "/**"\n    upstream: main\nauthorization_server:\n  enabled: true\n  issuer: "${issuer}"\n  store:\n    type: memory\n`
 
   it('G-02 warns about an http issuer off loopback (once allowed), not on loopback', async () => {
-    const { configWarnings } = await import('../src/config/lint.js')
+    const { configWarnings } = await import('../src/check/lint.js')
     const allowed = `${base('http://auth.example.com')}server:\n  allow_insecure_http: true\n`
     expect(configWarnings(loadConfig('as.yaml', allowed, {})).join('\n')).toMatch(/authorization_server\.issuer uses http:\/\/ off loopback/)
     expect(configWarnings(loadConfig('as.yaml', base('http://127.0.0.1:8080'), {})).join('\n')).not.toMatch(/authorization_server/)
@@ -509,7 +509,7 @@ describe('authorization_server', () => {
   })
 
   it('JW-05 warns about a rotation publish delay under 5 minutes', async () => {
-    const { configWarnings } = await import('../src/config/lint.js')
+    const { configWarnings } = await import('../src/check/lint.js')
     const text = (delay: string) => `${base('https://auth.example.com')}  signing:\n    rotation_publish_delay: ${delay}\n`
     expect(configWarnings(loadConfig('as.yaml', text('1m'), {})).join('\n')).toMatch(/rotation_publish_delay 1m is under 5m/)
     expect(configWarnings(loadConfig('as.yaml', text('10m'), {}))).toEqual([])

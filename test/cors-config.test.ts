@@ -1,6 +1,6 @@
 /** `cors:` config errors (issue 18): each names its key and its line and column, as `portcullis check` prints them. */
 import { describe, expect, it } from 'vitest'
-import { ConfigError, loadConfig, type ConfigIssue } from '../src/config/load.js'
+import { ConfigError, loadConfig, type ConfigIssue } from '../src/check/load.js'
 
 const FILE = 'portcullis.yaml'
 

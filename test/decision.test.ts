@@ -13,7 +13,7 @@ import { startTestIssuer, type TestIssuer } from './support/issuer.js'
 import { startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'
 import { createTestCa, type TestCa } from './support/tls.js'
 import { stringify } from 'yaml'
-import { loadConfig } from '../src/config/load.js'
+import { loadConfig } from '../src/check/load.js'
 
 const SECRET = 'a-decision-secret-of-at-least-32-characters'
 

@@ -3,9 +3,9 @@
  * and what it accepts. How the compiled rules behave at request time is test/mcp-rules.test.ts.
  */
 import { describe, expect, it } from 'vitest'
-import { ConfigError, loadConfig, type ConfigIssue } from '../src/config/load.js'
+import { ConfigError, loadConfig, type ConfigIssue } from '../src/check/load.js'
 import { compileRules } from '../src/rules/compile.js'
-import { compileClaimPlan } from '../src/claims/plan.js'
+import { compileClaimPlan } from '../src/rules/claim-plan.js'
 
 const FILE = 'portcullis.yaml'
 

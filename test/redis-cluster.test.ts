@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
 import { createRedisAdapter } from '../src/authserver/storage/redis.js'
-import { describeRedisUrl, isRedisUrl, parseClusterUrl } from '../src/authserver/storage/redis-url.js'
+import { describeRedisUrl, isRedisUrl, parseClusterUrl } from '../src/redis/url.js'
 import { ALICE, APP, callApi, passwordGrant, passwordSetup, postForm, refresh } from './support/authserver.js'
 import { waitFor } from './support/cli.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'

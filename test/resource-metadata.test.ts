@@ -6,9 +6,9 @@
  */
 import * as oauth from 'oauth4webapi'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { loadConfig } from '../src/config/load.js'
+import { loadConfig } from '../src/check/load.js'
 import { configProblems } from './support/config-problems.js'
-import { configWarnings } from '../src/config/lint.js'
+import { configWarnings } from '../src/check/lint.js'
 import { basic, postForm } from './support/authserver.js'
 import { startAuthServerGateway, type RunningGateway } from './support/gateway.js'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from './support/upstream.js'

@@ -14,7 +14,7 @@ import { parseDuration } from '../config/units.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import type { IntrospectionOutcome, IntrospectionRecorder, Metrics } from '../metrics/metrics.js'
 import { issuerClaims, readPermissions, unmetIssuerCondition, type IssuerClaims } from '../claims/issuer.js'
-import { audienceMatches, keepClaims, readJkt, readScopes, type Principal } from './principal.js'
+import { audienceMatches, keepClaims, readJkt, readScopes, type Principal } from '../common/principal.js'
 import { tokenHash, type TokenCache } from './token-cache.js'
 
 /** A cached introspection answer: a principal, or why the token was refused (logged, and counted). */

@@ -9,6 +9,8 @@ import { createLocalJWKSet, errors, type JSONWebKeySet, type JWK, type JWTVerify
 import { request } from 'undici'
 import { withClientSpan, type Span } from '../tracing/tracing.js'
 import type { FastifyBaseLogger } from 'fastify'
+import type { KeySetStats } from '../metrics/stats.js'
+export type { KeySetStats } from '../metrics/stats.js'
 
 export interface KeySetOptions {
   issuer: string
@@ -70,15 +72,6 @@ function usableKeys(document: unknown): JWK[] {
     PRIVATE_MEMBERS.every((member) => !(member in key)))
 }
 
-export interface KeySetStats {
-  readonly issuer: string
-  /** Key-set documents requested, successful or not. */
-  readonly fetches: number
-  readonly failures: number
-  readonly keys: number
-  /** Milliseconds since the key set in use was fetched; undefined before the first success. */
-  readonly ageMs: number | undefined
-}
 
 export class RemoteKeySet {
   private keys?: JWTVerifyGetKey

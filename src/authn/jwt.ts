@@ -14,7 +14,7 @@ import { KeySetUnavailable, RemoteKeySet } from './jwks.js'
 import { UnusableKey, isSupportedAlgorithm, verifyJwsSignature } from './jws-verify.js'
 import { effectiveAlgorithms, issuerClaims, readClientId, readPermissions, unmetIssuerCondition, type IssuerClaims } from '../claims/issuer.js'
 import { readClaim } from '../claims/path.js'
-import { audienceMatches, keepClaims, readJkt, readScopes, type Principal } from './principal.js'
+import { audienceMatches, keepClaims, readJkt, readScopes, type Principal } from '../common/principal.js'
 
 /** The reason codes logged for a rejected JWT. */
 export type JwtRejection =

@@ -4,6 +4,8 @@
  */
 import { hash } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
+import type { CacheStats } from '../metrics/stats.js'
+export type { CacheStats } from '../metrics/stats.js'
 
 /** base64url SHA-256 of a token: the only form in which a token is ever kept or logged about. */
 export function tokenHash(token: string): string {
@@ -19,20 +21,6 @@ export interface CacheKeyMemo {
   key: string | undefined
 }
 
-export interface CacheStats {
-  readonly name: string
-  readonly hits: number
-  readonly misses: number
-  /** Entries pushed out by the size bound (not expiries, not explicit invalidations). */
-  readonly evictions: number
-  /** Entries dropped because they expired, or were invalidated. */
-  readonly expirations: number
-  readonly invalidations: number
-  readonly size: number
-  readonly maxEntries: number
-  /** Validations running now that concurrent requests for the same token wait on. */
-  readonly inflight: number
-}
 
 export interface Expiring {
   /** Milliseconds since the epoch after which the entry must not be used. */

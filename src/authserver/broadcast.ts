@@ -13,7 +13,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import { connectRedis } from './storage/redis-connection.js'
+import { connectRedis } from '../redis/connection.js'
 
 /**
  * What travels on the channel: a JWT's jti with its exp (seconds), or an opaque token's hash; or `keys`,

@@ -12,7 +12,8 @@ import type { UserDirectory } from './users.js'
 import type { TokenService } from './tokens.js'
 import type { RevocationList } from './revocations.js'
 
-export type SigningAlgorithm = 'ES256' | 'RS256' | 'EdDSA'
+export type { SigningAlgorithm } from '../common/token-formats.js'
+import type { SigningAlgorithm } from '../common/token-formats.js'
 
 export interface ActiveSigningKey {
   readonly kid: string

@@ -26,8 +26,8 @@ export const DEVICE_CODE_TTL_SECONDS = 600
 /** DA-02: the interval a device starts with; RFC 8628 §3.5 adds 5 s per slow_down, for good. */
 export const POLL_INTERVAL_SECONDS = 5
 export const SLOW_DOWN_STEP_SECONDS = 5
-/** Recognisable to secret scanners, like `prt_` and `pat_`. */
-export const DEVICE_CODE_PREFIX = 'pdc_'
+import { DEVICE_CODE_PREFIX } from '../common/token-formats.js'
+export { DEVICE_CODE_PREFIX }
 /** Rows outlive the code by this much, so a late poll hears expired_token (DC-04), not invalid_grant. */
 const EXPIRED_KEPT_SECONDS = 600
 

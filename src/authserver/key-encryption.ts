@@ -11,9 +11,8 @@ import type { ArtifactRecord, StorageAdapter, StoredArtifact } from './storage/a
 
 export const KEK_CONFIG_KEY = 'authorization_server.signing.key_encryption_key'
 
-/** The schema's pattern: 32 bytes in base64 (`openssl rand -base64 32`) or base64url, padded or not. */
-export const KEK_PATTERN = '^([A-Za-z0-9+/]{43}|[A-Za-z0-9_-]{43})=?$'
-export const KEK_FORMAT = 'must be 32 random bytes in base64 or base64url, such as the output of openssl rand -base64 32'
+import { KEK_FORMAT, KEK_PATTERN } from '../config/constants.js'
+export { KEK_FORMAT, KEK_PATTERN }
 
 /** The value of a stored key's `encryptedPrivateJwk`: every binary member base64url. */
 export interface SealedJwk {

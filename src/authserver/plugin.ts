@@ -9,7 +9,7 @@ import cookie from '@fastify/cookie'
 import csrf from '@fastify/csrf-protection'
 import formbody from '@fastify/formbody'
 import type { EmbeddedIssuer } from '../authn/authenticator.js'
-import type { Principal } from '../authn/principal.js'
+import type { Principal } from '../common/principal.js'
 import type { AuthorizationServerConfig, DpopConfig } from '../config/schema.js'
 import { memoryReplayCache, sharedReplayCache, type ReplayCache, type SharedOnce } from '../dpop/replay.js'
 import { silentAudit, type AuditLog } from '../audit/audit.js'
@@ -116,7 +116,7 @@ function asOAuthError(error: FastifyError): unknown {
 
 /** The Redis connections beside the store's: the revocation channel, and the shared throttle counters. */
 async function connectShared(url: string, prefix: string, log: FastifyBaseLogger) {
-  const [{ createRedisBroadcast, revocationChannel }, { connectRedis }] = await Promise.all([import('./broadcast.js'), import('./storage/redis-connection.js')])
+  const [{ createRedisBroadcast, revocationChannel }, { connectRedis }] = await Promise.all([import('./broadcast.js'), import('../redis/connection.js')])
   const broadcast = createRedisBroadcast(url, revocationChannel(prefix), log)
   // Fail fast (the insurance limiter in memory takes over), never hang a request on a frozen Redis.
   const limiterClient = connectRedis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 1000, socketTimeout: 10_000 })

@@ -12,9 +12,8 @@ import type { ArtifactWrite, StorageAdapter } from './storage/adapter.js'
 import type { RegisteredClient } from './clients.js'
 import { tokenTypeOf } from './dpop.js'
 
-/** Prefixes make our secrets recognisable to secret scanners and route opaque tokens without a lookup. */
-export const OPAQUE_ACCESS_TOKEN_PREFIX = 'pat_'
-export const REFRESH_TOKEN_PREFIX = 'prt_'
+import { OPAQUE_ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX } from '../common/token-formats.js'
+export { OPAQUE_ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX }
 
 /** 256 bits from the CSPRNG, base64url (G-09 asks for at least 128). */
 export function randomToken(prefix = ''): string {

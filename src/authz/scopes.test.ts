@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import type { Principal } from '../authn/principal.js'
+import type { Principal } from '../common/principal.js'
 import type { CompiledRule } from '../rules/compile.js'
 import { InsufficientScope } from '../errors/oauth-errors.js'
 import { requireScopes } from './scopes.js'

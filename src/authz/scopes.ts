@@ -1,15 +1,24 @@
 import type { IncomingHttpHeaders } from 'node:http'
-import { audienceMatches, type Principal } from '../authn/principal.js'
+import { audienceMatches, type Principal } from '../common/principal.js'
 import { unmetCondition, type CompiledConditions, type RequestFacts } from '../claims/conditions.js'
-import type { CompiledRule } from '../rules/compile.js'
-import { holdsScope } from './hierarchy.js'
+import type { CompiledResource } from '../resources/metadata.js'
+import { holdsScope, type ImpliedBy } from './hierarchy.js'
 import { ClaimsNotSatisfied, InsufficientScope, InvalidToken } from '../errors/oauth-errors.js'
+
+/** What authorization reads of a route: `scopes`, `scope_implies`, `claims`, and its `resources` entry. */
+export interface RouteAccess {
+  readonly scopesAll: readonly string[]
+  readonly scopesAny: readonly string[] | null
+  readonly impliedBy: ImpliedBy | null
+  readonly claims: CompiledConditions | null
+  readonly resource: Pick<CompiledResource, 'identifier' | 'audiences'> | null
+}
 
 /**
  * Enforces the rule's `scopes.all` (every one) and `scopes.any` (at least one), each held itself or through a
  * scope that implies it (`scope_implies`); throws InsufficientScope.
  */
-export function requireScopes(principal: Principal, rule: CompiledRule): void {
+export function requireScopes(principal: Principal, rule: RouteAccess): void {
   const granted = principal.scopes
   const impliedBy = rule.impliedBy
   // Runs on every request: a loop, and the list of what is missing only when something is.
@@ -28,7 +37,7 @@ export function requireScopes(principal: Principal, rule: CompiledRule): void {
 }
 
 /** RFC 8707 / RFC 9728: on a resource's routes, only a token issued for that resource (401: it is the wrong token). */
-export function requireAudience(principal: Principal, rule: CompiledRule): void {
+export function requireAudience(principal: Principal, rule: RouteAccess): void {
   const resource = rule.resource
   if (resource !== null && !audienceMatches(principal.claims?.aud, resource.audiences)) {
     throw new InvalidToken(`wrong_resource: aud is not ${resource.identifier}`, undefined, 'wrong_audience')
@@ -47,7 +56,7 @@ export function requireConditions(conditions: CompiledConditions, principal: Pri
  * The route's scopes (403 insufficient_scope), then its claim conditions (403 access_denied, issue 17), which
  * may read the request's path parameters (`segments`, canonical) and headers.
  */
-export function authorize(principal: Principal, rule: CompiledRule, headers: IncomingHttpHeaders, segments: readonly string[]): void {
+export function authorize(principal: Principal, rule: RouteAccess, headers: IncomingHttpHeaders, segments: readonly string[]): void {
   requireAudience(principal, rule)
   requireScopes(principal, rule)
   const claims = rule.claims

@@ -1,10 +1,11 @@
 import { describe, expect, it } from 'vitest'
-import { compileConditions, unmetCondition, type ClaimConditionsConfig, type ConditionProblem, type ParamPosition, type RequestFacts } from './conditions.js'
+import {compileConditions, unmetCondition, type ClaimConditionsConfig, type ParamPosition, type RequestFacts} from './conditions.js'
+import type { Problem } from '../common/problem.js'
 
 const PARAMS: ReadonlyMap<string, ParamPosition> = new Map([['tenant', { index: 1, fromEnd: false }], ['id', { index: 1, fromEnd: true }]])
 
 function compile(config: ClaimConditionsConfig) {
-  const problems: ConditionProblem[] = []
+  const problems: Problem[] = []
   const compiled = compileConditions(config, ['routes', 0, 'claims'], PARAMS, problems)
   expect(problems).toEqual([])
   return compiled!

@@ -14,6 +14,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http'
 import { ClaimPathError, parseClaimPath, readClaim, type ClaimPath } from './path.js'
+import type { Problem } from '../common/problem.js'
 
 export type ClaimScalar = string | number | boolean
 export type ClaimOperand = ClaimScalar | { param: string } | { header: string }
@@ -61,15 +62,9 @@ export interface CompiledConditions {
   readonly any: readonly CompiledCondition[] | null
 }
 
-export interface ConditionProblem {
-  path: Array<string | number>
-  message: string
-  /** Located at the key (a header name) rather than its value. */
-  atKey?: boolean
-}
 
 /** A claim path from the config, or a problem at `at`; shared by conditions and claim headers. */
-export function compilePath(text: string, at: Array<string | number>, problems: ConditionProblem[]): ClaimPath | undefined {
+export function compilePath(text: string, at: Array<string | number>, problems: Problem[]): ClaimPath | undefined {
   try {
     return parseClaimPath(text)
   } catch (error) {
@@ -124,7 +119,7 @@ function describe(value: ClaimOperand | ClaimScalar[] | true): string {
  * issuer's conditions have none and may not read the request (their verdict is cached with the token).
  */
 function compileCondition(config: ClaimConditionConfig, at: Array<string | number>, label: string,
-  params: ReadonlyMap<string, ParamPosition> | null, problems: ConditionProblem[]): CompiledCondition | undefined {
+  params: ReadonlyMap<string, ParamPosition> | null, problems: Problem[]): CompiledCondition | undefined {
   const given = OPERATORS.filter((operator) => config[operator] !== undefined)
   if (given.length !== 1) {
     problems.push({ path: at, message: given.length === 0
@@ -182,7 +177,7 @@ function compileCondition(config: ClaimConditionConfig, at: Array<string | numbe
  * `name` prefixes the labels (`claims.all[0]`; a preset's are `preset.claims.all[0]`).
  */
 export function compileConditions(config: ClaimConditionsConfig | undefined, at: Array<string | number>,
-  params: ReadonlyMap<string, ParamPosition> | null, problems: ConditionProblem[], name = 'claims'): CompiledConditions | undefined {
+  params: ReadonlyMap<string, ParamPosition> | null, problems: Problem[], name = 'claims'): CompiledConditions | undefined {
   if (config === undefined) return undefined
   if (!config.all?.length && !config.any?.length) {
     problems.push({ path: at, message: 'an empty condition: give claims.all or claims.any a condition, or remove claims' })

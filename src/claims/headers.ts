@@ -5,8 +5,9 @@
  * route, so a client can never supply one. How values are written: forward/upstream-headers.ts claimHeaderValue.
  */
 import type { GatewayConfig } from '../config/schema.js'
-import { reservedHeaderNames } from '../forward/upstream-headers.js'
-import { compilePath, type ConditionProblem } from './conditions.js'
+import { reservedHeaderNames } from '../common/header-names.js'
+import {compilePath} from './conditions.js'
+import type { Problem } from '../common/problem.js'
 import type { ClaimPath } from './path.js'
 
 export interface ClaimHeader {
@@ -21,7 +22,7 @@ export const MAX_CLAIM_HEADERS = 32
 
 /** One `claim_headers` map, or null when absent or empty; problems at `at`. */
 export function compileClaimHeaders(config: Readonly<Record<string, string>> | undefined, at: Array<string | number>,
-  reserved: ReadonlySet<string>, problems: ConditionProblem[]): ClaimHeader[] | null {
+  reserved: ReadonlySet<string>, problems: Problem[]): ClaimHeader[] | null {
   if (config === undefined) return null
   const entries = Object.entries(config)
   if (entries.length > MAX_CLAIM_HEADERS) problems.push({ path: at, message: `maps more than ${MAX_CLAIM_HEADERS} headers` })

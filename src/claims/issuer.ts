@@ -5,12 +5,13 @@
  * per issuer at load; read at verification (a cache hit reads none of it).
  */
 import type { IssuerConfig, JwsAlgorithm } from '../config/schema.js'
-import { compileConditions, compilePath, unmetCondition, type CompiledConditions, type ConditionProblem } from './conditions.js'
-import { SCOPE_TOKEN, readScopes } from '../authn/principal.js'
+import {compileConditions, compilePath, unmetCondition, type CompiledConditions} from './conditions.js'
+import type { Problem } from '../common/problem.js'
+import { SCOPE_TOKEN, readScopes } from '../common/principal.js'
 import { readClaim, type ClaimPath } from './path.js'
 
-export const PRESETS = ['entra', 'keycloak', 'auth0', 'okta', 'cognito'] as const
-export type Preset = (typeof PRESETS)[number]
+import { PRESETS, type Preset } from '../config/constants.js'
+export { PRESETS, type Preset }
 
 type PresetDefaults = Pick<IssuerConfig, 'scope_claim' | 'client_id_claim' | 'audience_claim' | 'claims' | 'algorithms'>
 
@@ -72,7 +73,7 @@ function asList(value: string | string[] | undefined): string[] | undefined {
 }
 
 /** Compiles an issuer's claim settings (preset applied first); problems at `at` (`issuers[i]`). */
-export function compileIssuerClaims(raw: IssuerConfig, at: Array<string | number>, problems: ConditionProblem[]): IssuerClaims {
+export function compileIssuerClaims(raw: IssuerConfig, at: Array<string | number>, problems: Problem[]): IssuerClaims {
   const config = withPreset(raw)
   const scopeClaims = asList(config.scope_claim)
   let permissions: PermissionSource[] | null = null
@@ -110,7 +111,7 @@ export function compileIssuerClaims(raw: IssuerConfig, at: Array<string | number
 
 /** For the runtime: the config passed `check`, so a problem here is a bug, not a user's mistake. */
 export function issuerClaims(config: IssuerConfig): IssuerClaims {
-  const problems: ConditionProblem[] = []
+  const problems: Problem[] = []
   const compiled = compileIssuerClaims(config, [], problems)
   if (problems.length > 0) throw new Error(`issuer ${config.issuer}: ${problems.map((problem) => problem.message).join('; ')}`)
   return compiled

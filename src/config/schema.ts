@@ -4,9 +4,7 @@
  * weakens security.
  */
 import { Type, type Static, type TSchema } from '@sinclair/typebox'
-import { KEK_FORMAT, KEK_PATTERN } from '../authserver/key-encryption.js'
-import { PRESETS } from '../claims/issuer.js'
-import { DPOP_ALGORITHMS } from '../dpop/proof.js'
+import { DPOP_ALGORITHMS, KEK_FORMAT, KEK_PATTERN, PRESETS } from './constants.js'
 
 /** A string enum that Ajv reports as one clean `enum` error (a union of literals would report noise). */
 function StringEnum<const T extends readonly string[]>(values: T, message?: string) {

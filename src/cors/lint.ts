@@ -1,6 +1,6 @@
 /** What the schema cannot say about `cors:` and the routes' `cors:` (issue 18); each problem names its key. */
 import type { CorsConfig, GatewayConfig, RouteCorsConfig } from '../config/schema.js'
-import type { LintProblem } from '../config/lint.js'
+import type { Problem } from '../common/problem.js'
 import { parseDuration } from '../config/units.js'
 import { parseAllowedOrigin } from './origin.js'
 import { effectiveCors, MAX_AGE_CAP_SECONDS } from './policy.js'
@@ -8,7 +8,7 @@ import { effectiveCors, MAX_AGE_CAP_SECONDS } from './policy.js'
 type At = Array<string | number>
 
 /** The keys a block sets itself: origins, `max_age`. */
-function checkOwn(own: Partial<CorsConfig>, at: At, problems: LintProblem[]): void {
+function checkOwn(own: Partial<CorsConfig>, at: At, problems: Problem[]): void {
   const origins = own.allowed_origins
   if (origins !== undefined) {
     if (origins.length === 0) problems.push({ path: [...at, 'allowed_origins'], message: 'must list at least one origin (to turn CORS off, leave cors out or set cors: false on a route)' })
@@ -29,7 +29,7 @@ function checkOwn(own: Partial<CorsConfig>, at: At, problems: LintProblem[]): vo
  * Fetch §3.2.5: with credentials, `*` is not a wildcard (for origins it would also hand every site the
  * user's cookies): refused whichever block sets it, reported at a key of `own` when `own` set one of the two.
  */
-function checkCredentials(effective: CorsConfig, own: Partial<CorsConfig>, at: At, problems: LintProblem[]): void {
+function checkCredentials(effective: CorsConfig, own: Partial<CorsConfig>, at: At, problems: Problem[]): void {
   if (!effective.allow_credentials) return
   const ownCredentials = own.allow_credentials !== undefined
   const star = effective.allowed_origins.indexOf('*')
@@ -50,7 +50,7 @@ function checkCredentials(effective: CorsConfig, own: Partial<CorsConfig>, at: A
 }
 
 function checkRoute(config: GatewayConfig, cors: true | RouteCorsConfig, methods: readonly string[] | undefined, at: At,
-  problems: LintProblem[]): void {
+  problems: Problem[]): void {
   if (cors === true || cors.upstream) {
     if (cors === true && config.cors === undefined) problems.push({ path: at, message: 'true uses the top-level cors, and there is none' })
     for (const key of cors === true ? [] : Object.keys(cors).filter((name) => name !== 'upstream')) {
@@ -71,8 +71,8 @@ function checkRoute(config: GatewayConfig, cors: true | RouteCorsConfig, methods
   })
 }
 
-export function lintCors(config: GatewayConfig): LintProblem[] {
-  const problems: LintProblem[] = []
+export function lintCors(config: GatewayConfig): Problem[] {
+  const problems: Problem[] = []
   if (config.cors !== undefined) {
     checkOwn(config.cors, ['cors'], problems)
     checkCredentials(config.cors, config.cors, ['cors'], problems)

@@ -5,7 +5,7 @@
  * on one core); the token endpoint signs on every grant. Verification stays with jose everywhere.
  */
 import { sign, type KeyObject } from 'node:crypto'
-import type { SigningAlgorithm } from '../authserver/context.js'
+import type { SigningAlgorithm } from '../common/token-formats.js'
 
 export interface JwsHeader {
   readonly alg: SigningAlgorithm

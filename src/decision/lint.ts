@@ -4,13 +4,13 @@ import { isLoopbackHost } from '../config/loopback.js'
 import { readable } from '../config/files.js'
 import { badPort, parseListen } from '../config/listen.js'
 import { parseDuration } from '../config/units.js'
-import type { RuleProblem } from '../rules/compile.js'
+import type { Problem } from '../common/problem.js'
 import { MAX_CACHE_SECONDS, parseRange } from './settings.js'
 
-export function lintDecision(config: GatewayConfig): RuleProblem[] {
+export function lintDecision(config: GatewayConfig): Problem[] {
   const decision = config.decision
   if (decision === undefined) return []
-  const problems: RuleProblem[] = []
+  const problems: Problem[] = []
   const at = (...path: string[]) => ['decision', ...path]
   if (badPort(decision.listen)) problems.push({ path: at('listen'), message: 'the port must be at most 65535' })
   for (const [name, other] of [['server.listen', config.server?.listen ?? '127.0.0.1:8080'], ['admin.listen', config.admin?.listen]] as const) {

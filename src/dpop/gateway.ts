@@ -10,7 +10,7 @@
  * other scheme). A route's mode wins over its token issuer's.
  */
 import type { IncomingMessage } from 'node:http'
-import type { Principal } from '../authn/principal.js'
+import type { Principal } from '../common/principal.js'
 import type { DpopConfig, DpopModeConfig, GatewayConfig } from '../config/schema.js'
 import { DpopRefused, InvalidRequest } from '../errors/oauth-errors.js'
 import type { Metrics } from '../metrics/metrics.js'

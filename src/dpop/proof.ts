@@ -21,16 +21,15 @@ import { calculateJwkThumbprint, importJWK, type JWK } from 'jose'
 import { LRUCache } from 'lru-cache'
 
 /** The algorithms a proof may use; asymmetric only (§4.2), never `none` or a MAC. */
-export const DPOP_ALGORITHMS = ['ES256', 'ES384', 'ES512', 'PS256', 'PS384', 'PS512', 'RS256', 'RS384', 'RS512', 'EdDSA', 'Ed25519'] as const
-export type DpopAlgorithm = typeof DPOP_ALGORITHMS[number]
+import { DPOP_ALGORITHMS, type DpopAlgorithm } from '../config/constants.js'
+import type { DpopProofFailure } from '../errors/oauth-errors.js'
+export { DPOP_ALGORITHMS, type DpopAlgorithm }
 
 /** A proof (header included) larger than this is refused before it is parsed: an RSA-4096 proof is ~1.5 KB. */
 export const MAX_PROOF_SIZE = 8192
 
 /** Why a proof was refused: the metrics' `reason` and the log's, never the proof. */
-export type DpopFailure =
-  | 'dpop_multiple' | 'dpop_malformed' | 'dpop_typ' | 'dpop_alg' | 'dpop_jwk' | 'dpop_signature' | 'dpop_htm' | 'dpop_htu'
-  | 'dpop_iat' | 'dpop_jti' | 'dpop_ath' | 'dpop_nonce' | 'dpop_replay' | 'dpop_key_mismatch' | 'dpop_missing'
+export type DpopFailure = DpopProofFailure
 
 export class DpopProofError extends Error {
   /**

@@ -2,6 +2,7 @@
 import type { DpopConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { createNonceIssuer, type NonceIssuer } from './nonce.js'
+import { DEFAULT_DPOP_ALGORITHMS } from '../config/constants.js'
 import { DPOP_ALGORITHMS, type ProofSettings } from './proof.js'
 
 export interface DpopSettings extends ProofSettings {
@@ -19,7 +20,7 @@ export const DEFAULT_MAX_AGE = '60s'
 export const DEFAULT_CLOCK_SKEW = '5s'
 
 /** What a proof may be signed with unless `dpop.algorithms` says otherwise. */
-export const DEFAULT_DPOP_ALGORITHMS: readonly string[] = ['ES256', 'ES384', 'PS256', 'RS256', 'EdDSA', 'Ed25519']
+export { DEFAULT_DPOP_ALGORITHMS }
 
 export function resolveDpop(config: DpopConfig | undefined, nowMs: () => number = Date.now): DpopSettings {
   const algorithms = config?.algorithms ?? DEFAULT_DPOP_ALGORITHMS

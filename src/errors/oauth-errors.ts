@@ -1,4 +1,3 @@
-import type { DpopFailure } from '../dpop/proof.js'
 
 /**
  * One class per error the gateway can answer with. OAuth errors carry their RFC code; `description` is
@@ -78,8 +77,12 @@ export class InvalidToken extends GatewayError {
     super('the access token is invalid or expired', { detail, cause })
   }
 }
+/** Why a DPoP proof was refused (RFC 9449 §4.3): the metrics' `reason` and the log's, never the proof. */
+export type DpopProofFailure =
+  | 'dpop_multiple' | 'dpop_malformed' | 'dpop_typ' | 'dpop_alg' | 'dpop_jwk' | 'dpop_signature' | 'dpop_htm' | 'dpop_htu'
+  | 'dpop_iat' | 'dpop_jti' | 'dpop_ath' | 'dpop_nonce' | 'dpop_replay' | 'dpop_key_mismatch' | 'dpop_missing'
 /** Why a DPoP request (or a bound token sent as Bearer) was refused: the metrics' `reason`, never the proof. */
-export type DpopRefusalReason = DpopFailure
+export type DpopRefusalReason = DpopProofFailure
   | 'dpop_bound_as_bearer' | 'dpop_required' | 'dpop_off' | 'dpop_unbound' | 'dpop_replay_unavailable'
   // issue 23: a decision for a proxy in front, with no `server.public_url` to check `htu` against
   | 'dpop_no_public_url'

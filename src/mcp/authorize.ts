@@ -5,12 +5,11 @@
  * route's and the tool's), so the client's step-up asks for them all at once; then claim conditions
  * (403 access_denied), the route's first.
  */
-import type { Principal } from '../authn/principal.js'
+import type { Principal } from '../common/principal.js'
 import { holdsScope, type ImpliedBy } from '../authz/hierarchy.js'
-import { requireConditions } from '../authz/scopes.js'
+import { requireConditions, type RouteAccess } from '../authz/scopes.js'
 import type { RequestFacts } from '../claims/conditions.js'
 import { InsufficientScope, MissingToken } from '../errors/oauth-errors.js'
-import type { CompiledRule } from '../rules/compile.js'
 import type { CompiledMcp, McpRule, NamedRules } from './compile.js'
 import type { McpMessage } from './message.js'
 import { foldName } from './names.js'
@@ -70,7 +69,7 @@ function requireScopeSets(granted: readonly string[], sets: readonly ScopeSet[],
  * the route lets the request through, as for any other route, unless an MCP rule applies: then 401.
  * @returns the MCP rules applied (none: the route's rules alone)
  */
-export function authorizeMessage(principal: Principal | undefined, rule: CompiledRule, mcp: CompiledMcp, message: McpMessage,
+export function authorizeMessage(principal: Principal | undefined, rule: RouteAccess, mcp: CompiledMcp, message: McpMessage,
   request: RequestFacts): readonly McpRule[] {
   const rules = rulesFor(mcp, message)
   if (principal === undefined) {

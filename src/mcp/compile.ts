@@ -4,8 +4,9 @@
  * configured one (case, compatibility form, invisible characters: names.ts) gets that one's rule.
  */
 import type { GatewayConfig, McpConfig, McpRuleConfig } from '../config/schema.js'
-import { SCOPE_TOKEN } from '../authn/principal.js'
-import { compileConditions, conditionPaths, type CompiledConditions, type ConditionProblem, type ParamPosition } from '../claims/conditions.js'
+import { SCOPE_TOKEN } from '../common/principal.js'
+import {compileConditions, conditionPaths, type CompiledConditions, type ParamPosition} from '../claims/conditions.js'
+import type { Problem } from '../common/problem.js'
 import type { ClaimPath } from '../claims/path.js'
 import { parseSize } from '../config/units.js'
 import { foldName, KNOWN_METHODS } from './names.js'
@@ -46,7 +47,7 @@ function nameProblem(name: string): string | undefined {
 }
 
 function compileRule(config: McpRuleConfig, at: Array<string | number>, label: string,
-  params: ReadonlyMap<string, ParamPosition>, problems: ConditionProblem[]): McpRule {
+  params: ReadonlyMap<string, ParamPosition>, problems: Problem[]): McpRule {
   const all = config.scopes?.all ?? []
   const any = config.scopes?.any ?? null
   for (const [group, list] of [['all', all], ['any', any ?? []]] as const) {
@@ -62,7 +63,7 @@ function compileRule(config: McpRuleConfig, at: Array<string | number>, label: s
 }
 
 function compileNamed(config: Record<string, McpRuleConfig>, at: Array<string | number>, kind: 'tools' | 'prompts',
-  params: ReadonlyMap<string, ParamPosition>, problems: ConditionProblem[]): NamedRules {
+  params: ReadonlyMap<string, ParamPosition>, problems: Problem[]): NamedRules {
   const exact = new Map<string, McpRule>()
   const folded = new Map<string, McpRule>()
   const firstByFold = new Map<string, string>()
@@ -91,7 +92,7 @@ function compileNamed(config: Record<string, McpRuleConfig>, at: Array<string | 
  * are the route's path parameters, which its rules' conditions may read, as the route's own may.
  */
 export function compileMcp(config: McpConfig | undefined, at: Array<string | number>, auth: string,
-  params: ReadonlyMap<string, ParamPosition>, problems: ConditionProblem[]): CompiledMcp | null {
+  params: ReadonlyMap<string, ParamPosition>, problems: Problem[]): CompiledMcp | null {
   if (config === undefined) return null
   if (auth === 'none') problems.push({ path: at, message: 'mcp needs auth: required or optional' })
   const groups = [config.tools, config.prompts, config.methods]
@@ -129,7 +130,7 @@ export function mcpClaimPaths(mcp: CompiledMcp | null): ClaimPath[] {
  * What the schema and the routes cannot say: MCP messages are read whole, up to `server.body_buffer_size`,
  * so a route with `mcp` needs that buffer.
  */
-export function lintMcp(config: GatewayConfig): ConditionProblem[] {
+export function lintMcp(config: GatewayConfig): Problem[] {
   if (parseSize(config.server?.body_buffer_size ?? '64kb') > 0) return []
   return config.routes.flatMap((route, index) => route.mcp === undefined ? [] : [{ path: ['routes', index, 'mcp'],
     message: 'mcp reads each message whole, up to server.body_buffer_size, which is 0: set it (64kb by default)' }])

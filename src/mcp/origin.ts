@@ -6,9 +6,8 @@
  * Native MCP clients send no `Origin`; a browser-based one needs its origin under `cors`.
  */
 import type { IncomingMessage } from 'node:http'
-import { allowedOrigin } from '../cors/policy.js'
+import { allowedOrigin, type CorsPolicy } from '../cors/policy.js'
 import { GatewayError } from '../errors/oauth-errors.js'
-import type { CompiledRule } from '../rules/compile.js'
 
 export class ForeignOrigin extends GatewayError {
   readonly code = 'access_denied'
@@ -18,7 +17,7 @@ export class ForeignOrigin extends GatewayError {
   }
 }
 
-export function refuseForeignOrigin(rule: CompiledRule, req: IncomingMessage): void {
+export function refuseForeignOrigin(rule: { readonly cors: CorsPolicy | null }, req: IncomingMessage): void {
   const origin = req.headers.origin
   if (origin === undefined) return
   const policy = rule.cors

@@ -3,11 +3,11 @@
  * against its headers, authorized with the route's rules and its tool's, and returned to be forwarded as read.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Principal } from '../authn/principal.js'
+import type { Principal } from '../common/principal.js'
 import { MalformedRequest } from '../errors/oauth-errors.js'
-import type { CompiledRule } from '../rules/compile.js'
-import type { BodyPolicy } from '../server/body-watch.js'
-import { hasBody, readWholeBody } from '../server/request-body.js'
+import type { RouteAccess } from '../authz/scopes.js'
+import type { BodyPolicy } from '../forward/body-watch.js'
+import { hasBody, readWholeBody } from '../forward/request-body.js'
 import { authorizeMessage } from './authorize.js'
 import type { CompiledMcp } from './compile.js'
 import { readMessage } from './message.js'
@@ -17,7 +17,7 @@ import { readMessage } from './message.js'
  * gateway cannot read one way only),
  * 413 (larger than `server.body_buffer_size` or the route's `max_body_size`: never streamed unread), 401/403.
  */
-export async function authorizedMcpBody(req: IncomingMessage, res: ServerResponse, rule: CompiledRule, mcp: CompiledMcp,
+export async function authorizedMcpBody(req: IncomingMessage, res: ServerResponse, rule: RouteAccess & { readonly maxBodySize: number }, mcp: CompiledMcp,
   principal: Principal | undefined, policy: BodyPolicy, segments: readonly string[]): Promise<Buffer> {
   // MCP sends messages by POST only; a body on another method is refused rather than left to an upstream
   // that might read it as a message anyway (one routed with a catch-all method).

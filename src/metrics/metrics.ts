@@ -6,8 +6,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { PlainCounter, PlainHistogram } from './plain.js'
-import type { CacheStats } from '../authn/token-cache.js'
-import type { KeySetStats } from '../authn/jwks.js'
+import type { CacheStats, KeySetStats } from './stats.js'
 import type { DpopRefusalReason, InvalidTokenReason } from '../errors/oauth-errors.js'
 
 /** What happened to a request on the proxy path (the `decision` label). */

@@ -11,7 +11,7 @@
 import type { IncomingMessage } from 'node:http'
 import { isIPv6 } from 'node:net'
 import { createHash } from 'node:crypto'
-import type { Principal } from '../authn/principal.js'
+import type { Principal } from '../common/principal.js'
 import { readClaim } from '../claims/path.js'
 import type { RateLimitsConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'

@@ -9,7 +9,7 @@
  * caller then applies the policy's `on_store_failure`.
  */
 import { createHash } from 'node:crypto'
-import { connectRedis, type RedisClient } from '../authserver/storage/redis-connection.js'
+import { connectRedis, type RedisClient } from '../redis/connection.js'
 import type { GcraOutcome, GcraParameters } from './gcra.js'
 
 /** The arithmetic of gcra.ts, on Redis's clock; the TAT is stored with 3 decimals (Lua's tostring would round it). */

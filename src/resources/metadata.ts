@@ -6,7 +6,7 @@
  */
 import { isLoopbackHost } from '../config/loopback.js'
 import type { GatewayConfig, ResourceConfig } from '../config/schema.js'
-import { DEFAULT_DPOP_ALGORITHMS } from '../dpop/settings.js'
+import { DEFAULT_DPOP_ALGORITHMS } from '../config/constants.js'
 
 export const WELL_KNOWN = '/.well-known/oauth-protected-resource'
 

@@ -7,7 +7,8 @@
  */
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
-import { compileConditions, conditionPaths, type CompiledConditions, type ConditionProblem, type ParamPosition } from '../claims/conditions.js'
+import {compileConditions, conditionPaths, type CompiledConditions, type ParamPosition} from '../claims/conditions.js'
+import type { Problem } from '../common/problem.js'
 import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
 import type { ClaimPath } from '../claims/path.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
@@ -64,8 +65,6 @@ export interface CompiledRule {
   /** Whether its responses carry the RateLimit-Policy and RateLimit fields (`rate_limit_headers`). */
   readonly rateLimitHeaders: boolean
 }
-
-export type RuleProblem = ConditionProblem
 
 const LITERAL = 4
 const STAR = 3
@@ -175,10 +174,10 @@ function challengeScope(route: RouteConfig): string | undefined {
   return scopes.length > 0 ? scopes.join(' ') : undefined
 }
 
-export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; problems: RuleProblem[] } {
+export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; problems: Problem[] } {
   const defaultMaxBody = parseSize(config.server?.max_body_size ?? '10mb')
   const rules: CompiledRule[] = []
-  const problems: RuleProblem[] = []
+  const problems: Problem[] = []
   const ids = new Map<string, number>()
   const reserved = claimHeaderReserved(config)
   const resources = compileResources(config).byRoute

@@ -4,7 +4,7 @@
  */
 import type { IncomingMessage } from 'node:http'
 import { bearerToken, rejectQueryToken, type BearerToken } from '../authn/bearer.js'
-import type { Principal } from '../authn/principal.js'
+import type { Principal } from '../common/principal.js'
 import { authorize } from '../authz/scopes.js'
 import { GatewayError, MethodNotAllowed, MissingToken, NoMatchingRoute } from '../errors/oauth-errors.js'
 import { isDpopScheme } from '../dpop/gateway.js'

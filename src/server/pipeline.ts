@@ -7,7 +7,7 @@
 import { performance } from 'node:perf_hooks'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
-import type { Principal } from '../authn/principal.js'
+import type { Principal } from '../common/principal.js'
 import { requireAudience } from '../authz/scopes.js'
 import {
   BadGateway, GatewayError, HttpVersionNotSupported, MalformedRequest, RequestTooLarge, ServerError,
@@ -20,7 +20,7 @@ import { buildUpstreamHeaders, setInList, type HeaderList } from '../forward/ups
 import type { CompiledRule } from '../rules/compile.js'
 import { splitPath } from '../rules/segments.js'
 import { splitRequestTarget } from '../rules/normalize.js'
-import { hasBody, requestBody } from './request-body.js'
+import { hasBody, requestBody } from '../forward/request-body.js'
 import { authorizedMcpBody } from '../mcp/request.js'
 import { refuseForeignOrigin } from '../mcp/origin.js'
 import type { CompiledMcp } from '../mcp/compile.js'

@@ -10,11 +10,11 @@ import type { Socket } from 'node:net'
 import { Server as TlsServer } from 'node:tls'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
-import { ConfigError, loadConfig } from '../config/load.js'
+import { ConfigError, loadConfig } from '../check/load.js'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { parseListen } from '../config/listen.js'
-import { buildGateway, type GatewayOptions } from '../gateway.js'
+import { buildGateway, type GatewayOptions } from './gateway.js'
 import { buildAdmin } from './admin.js'
 
 /** Editors write a file in several steps, and a ConfigMap update swaps symlinks: wait for the dust. */

@@ -1,5 +1,5 @@
 /** What `portcullis check` says of a config text: `dotted.key: message` per problem; [] when it loads. */
-import { ConfigError, loadConfig } from '../../src/config/load.js'
+import { ConfigError, loadConfig } from '../../src/check/load.js'
 
 export function configProblems(text: string): string[] {
   try {

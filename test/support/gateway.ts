@@ -6,9 +6,9 @@ import { Writable } from 'node:stream'
 import type { AddressInfo } from 'node:net'
 import { stringify } from 'yaml'
 import type { FastifyInstance } from 'fastify'
-import { buildGateway } from '../../src/gateway.js'
+import { buildGateway } from '../../src/server/gateway.js'
 import type { RevocationCheck } from '../../src/authn/authenticator.js'
-import { loadConfig } from '../../src/config/load.js'
+import { loadConfig } from '../../src/check/load.js'
 import { lineCollector } from './logs.js'
 
 export interface RunningGateway {

@@ -10,11 +10,8 @@ import type { AuthServerContext } from '../context.js'
 import { randomToken } from '../tokens.js'
 import type { User } from '../users.js'
 
-export const SESSION_COOKIE = 'portcullis_session'
-/** The CSRF secret of the pages' forms (@fastify/csrf-protection's cookie). */
-export const CSRF_COOKIE = 'portcullis_csrf'
-/** The gateway's own cookies: never forwarded to an upstream (a session cookie there is a login for whoever reads it). */
-export const GATEWAY_COOKIES: ReadonlySet<string> = new Set([SESSION_COOKIE, CSRF_COOKIE])
+import { SESSION_COOKIE } from '../../common/token-formats.js'
+export { CSRF_COOKIE, GATEWAY_COOKIES, SESSION_COOKIE } from '../../common/token-formats.js'
 
 export interface BrowserSession {
   /** The store id (SHA-256 of the cookie), also the throttling key of the browser (DV-04). */

@@ -17,8 +17,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import { connectRedis } from './redis-connection.js'
-import { describeRedisUrl } from './redis-url.js'
+import { connectRedis } from '../../redis/connection.js'
+import { describeRedisUrl } from '../../redis/url.js'
 import { PRELUDE, SCRIPTS } from './redis-scripts.js'
 import { TemporarilyUnavailable } from '../../errors/oauth-errors.js'
 import type { ArtifactKind, ArtifactRecord, ArtifactWrite, FoundArtifact, StorageAdapter, StorageOptions, StoredArtifact } from './adapter.js'

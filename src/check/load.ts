@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import { LineCounter, parseDocument, isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml'
-import { GatewayConfigSchema, type AuthorizationServerConfig, type GatewayConfig } from './schema.js'
+import { GatewayConfigSchema, type AuthorizationServerConfig, type GatewayConfig } from '../config/schema.js'
 import { lintConfig } from './lint.js'
 
 export type ConfigPath = ReadonlyArray<string | number>

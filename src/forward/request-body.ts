@@ -8,8 +8,7 @@ import type { IncomingMessage } from 'node:http'
 import type { Readable } from 'node:stream'
 import { namesAccessToken } from '../authn/bearer.js'
 import { InvalidRequest, MalformedRequest, RequestTooLarge } from '../errors/oauth-errors.js'
-import { BodyMeter } from '../forward/proxy.js'
-import type { CompiledRule } from '../rules/compile.js'
+import { BodyMeter } from './proxy.js'
 import { watchBody, type BodyPolicy } from './body-watch.js'
 
 // Anywhere in the header: `application/x-www-form-urlencoded , text/plain` is a form to lenient parsers.
@@ -87,7 +86,13 @@ export async function readWholeBody(req: IncomingMessage, limit: number, policy:
 }
 
 /** The request body as the upstream gets it: buffered (small bodies, forms that may carry a token) or streamed. */
-export async function requestBody(req: IncomingMessage, rule: CompiledRule, policy: BodyPolicy): Promise<Readable | Buffer | null> {
+/** What reading a body needs of its route: `max_body_size`, and whether a form may carry a token (`auth`). */
+export interface BodyLimits {
+  readonly maxBodySize: number
+  readonly auth: 'required' | 'optional' | 'none'
+}
+
+export async function requestBody(req: IncomingMessage, rule: BodyLimits, policy: BodyPolicy): Promise<Readable | Buffer | null> {
   if (!hasBody(req)) return null
   const length = req.headers['content-length']
   const declared = length === undefined ? undefined : Number(length)

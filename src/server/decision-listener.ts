@@ -7,8 +7,8 @@ import type http from 'node:http'
 import type { Socket } from 'node:net'
 import type { DecisionConfig } from '../config/schema.js'
 import { clientErrorResponse } from '../errors/render.js'
-import { createListener } from '../server/listener.js'
-import type { DecisionEndpoint } from './endpoint.js'
+import { createListener } from './listener.js'
+import type { DecisionEndpoint } from './decision.js'
 
 export function createDecisionServer(config: DecisionConfig, endpoint: DecisionEndpoint, maxHeaderSize: number, realm: string): http.Server {
   const server = createListener(config.tls, maxHeaderSize, endpoint.handleRequest)

@@ -2,11 +2,11 @@
  * Config-time checks of `authorization_server` (checklist A-06, CC-04, PW-02, and "a client with a grant it
  * cannot use"): all reported by `portcullis check`, none discovered by a user at run time.
  */
-import { readable } from './files.js'
-import type { AuthorizationServerConfig, ClientConfig, GatewayConfig } from './schema.js'
-import type { LintProblem } from './lint.js'
-import { parseDuration, parseSize } from './units.js'
-import { isRedisUrl } from '../authserver/storage/redis-url.js'
+import { readable } from '../config/files.js'
+import type { AuthorizationServerConfig, ClientConfig, GatewayConfig } from '../config/schema.js'
+import type { Problem } from '../common/problem.js'
+import { parseDuration, parseSize } from '../config/units.js'
+import { isRedisUrl } from '../redis/url.js'
 
 /** The grants that can hand out a refresh token; `refresh_token` alone is useless. */
 const ISSUES_REFRESH = new Set(['authorization_code', 'password', 'urn:ietf:params:oauth:grant-type:device_code'])
@@ -40,7 +40,7 @@ function authMethod(client: ClientConfig): string {
   return client.token_endpoint_auth_method ?? (client.client_secret !== undefined || client.client_secret_hash !== undefined ? 'client_secret_basic' : 'none')
 }
 
-function lintClient(client: ClientConfig, at: Array<string | number>, problems: LintProblem[], signingAlgorithm: string): void {
+function lintClient(client: ClientConfig, at: Array<string | number>, problems: Problem[], signingAlgorithm: string): void {
   const method = authMethod(client)
   // The server keeps keys for signing.algorithm and RS256 only (keys.ts): an ID token in any other alg cannot be signed.
   const idTokenAlg = client.id_token_signed_response_alg
@@ -82,7 +82,7 @@ function lintClient(client: ClientConfig, at: Array<string | number>, problems: 
 }
 
 /** `store.url` and `store.prefix` belong to Redis, which needs the URL; `path` belongs to the others. */
-function lintStore(store: AuthorizationServerConfig['store'], at: Array<string | number>, problems: LintProblem[]): void {
+function lintStore(store: AuthorizationServerConfig['store'], at: Array<string | number>, problems: Problem[]): void {
   if (store === undefined) return
   if (store.type !== 'redis') {
     for (const key of ['url', 'prefix'] as const) {
@@ -102,7 +102,7 @@ function lintStore(store: AuthorizationServerConfig['store'], at: Array<string |
 }
 
 /** Issue 19: `registration` (RFC 7591) settings that would hand out what no user approved, or that cannot work. */
-function lintRegistration(registration: AuthorizationServerConfig['registration'], at: Array<string | number>, problems: LintProblem[]): void {
+function lintRegistration(registration: AuthorizationServerConfig['registration'], at: Array<string | number>, problems: Problem[]): void {
   if (!registration?.enabled) return
   const policy = registration.policy ?? {}
   const grants = new Set<string>(policy.grant_types ?? ['authorization_code', 'refresh_token'])
@@ -132,7 +132,7 @@ const HOST_PATTERN = /^(\*\.)?([a-z0-9]([a-z0-9-]*[a-z0-9])?\.)*[a-z0-9]([a-z0-9
 
 /** Issue 19: `client_metadata_documents` (Client ID Metadata Documents). */
 function lintClientMetadataDocuments(documents: AuthorizationServerConfig['client_metadata_documents'], at: Array<string | number>,
-  problems: LintProblem[]): void {
+  problems: Problem[]): void {
   if (!documents?.enabled) return
   ;(documents.allowed_hosts ?? []).forEach((host, index) => {
     if (!HOST_PATTERN.test(host) || (host.startsWith('*.') && host.split('.').length < 3)) {
@@ -187,10 +187,10 @@ export function authorizationServerWarnings(config: GatewayConfig): string[] {
   return warnings
 }
 
-export function lintAuthorizationServer(config: GatewayConfig): LintProblem[] {
+export function lintAuthorizationServer(config: GatewayConfig): Problem[] {
   const as: AuthorizationServerConfig | undefined = config.authorization_server
   if (!as?.enabled) return []
-  const problems: LintProblem[] = []
+  const problems: Problem[] = []
   const base = ['authorization_server']
   if (as.issuer === undefined) problems.push({ path: base, message: 'missing required key "issuer"' })
   else if (!URL.canParse(as.issuer)) problems.push({ path: [...base, 'issuer'], message: 'is not a valid URL' })

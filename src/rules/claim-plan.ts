@@ -4,11 +4,11 @@
  * removed from every client request), and each issuer's mapping.
  */
 import type { GatewayConfig } from '../config/schema.js'
-import { routeClaimPaths, type CompiledRule } from '../rules/compile.js'
-import type { ConditionProblem } from './conditions.js'
-import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from './headers.js'
-import { compileIssuerClaims } from './issuer.js'
-import type { ClaimPath } from './path.js'
+import { routeClaimPaths, type CompiledRule } from './compile.js'
+import type { Problem } from '../common/problem.js'
+import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
+import { compileIssuerClaims } from '../claims/issuer.js'
+import type { ClaimPath } from '../claims/path.js'
 
 export interface ClaimPlan {
   /** Sorted: part of what decides whether a reload may keep the authenticator and its caches. */
@@ -18,7 +18,7 @@ export interface ClaimPlan {
 }
 
 /** The plan, with every problem of the issuers' claim settings (the routes' are compileRules's). */
-export function compileClaimPlan(config: GatewayConfig, rules: readonly CompiledRule[], problems: ConditionProblem[] = []): ClaimPlan {
+export function compileClaimPlan(config: GatewayConfig, rules: readonly CompiledRule[], problems: Problem[] = []): ClaimPlan {
   const reserved = claimHeaderReserved(config)
   const paths: ClaimPath[] = routeClaimPaths(rules)
   const names = new Set<string>()

@@ -1,16 +1,17 @@
 /** What the schema cannot say: references, overlaps, combinations, files that must exist. */
-import { isLoopbackHost } from './loopback.js'
-import { readable } from './files.js'
+import { isLoopbackHost } from '../config/loopback.js'
+import { readable } from '../config/files.js'
 import { fileURLToPath } from 'node:url'
-import type { GatewayConfig } from './schema.js'
-import { compileRules, type RuleProblem } from '../rules/compile.js'
-import { compileClaimPlan } from '../claims/plan.js'
+import type { GatewayConfig } from '../config/schema.js'
+import type { Problem } from '../common/problem.js'
+import { compileRules } from '../rules/compile.js'
+import { compileClaimPlan } from '../rules/claim-plan.js'
 import { compileResources, defaultAuthorizationServers } from '../resources/metadata.js'
 import { lintCors } from '../cors/lint.js'
 import { lintMcp } from '../mcp/compile.js'
-import { authorizationServerWarnings, lintAuthorizationServer } from './lint-authserver.js'
-import { parseDuration, parseSize } from './units.js'
-import { badPort } from './listen.js'
+import { authorizationServerWarnings, lintAuthorizationServer } from '../authserver/lint.js'
+import { parseDuration, parseSize } from '../config/units.js'
+import { badPort } from '../config/listen.js'
 import { decisionWarnings, lintDecision } from '../decision/lint.js'
 
 /**
@@ -18,10 +19,6 @@ import { decisionWarnings, lintDecision } from '../decision/lint.js'
  * KiB a bigger buffer costs more per line than the writes it saves (docs/configuration.md, `log`).
  */
 const MAX_LOG_BUFFER = 64 * 1024
-
-export interface LintProblem extends RuleProblem {
-  atKey?: boolean
-}
 
 /** The schema's patterns only shape URLs and host:port; these must also parse, or `start` would crash. */
 function badUrl(value: string): boolean {
@@ -59,9 +56,9 @@ function cleartextUrls(config: GatewayConfig): Array<{ path: Array<string | numb
   return found
 }
 
-export function lintConfig(config: GatewayConfig): LintProblem[] {
+export function lintConfig(config: GatewayConfig): Problem[] {
   const compiled = compileRules(config)
-  const problems: LintProblem[] = [...compiled.problems]
+  const problems: Problem[] = [...compiled.problems]
   // Issue 17: the issuers' claim settings (permission, client id and audience claims, conditions, headers).
   compileClaimPlan(config, compiled.rules, problems)
   // Issue 18: RFC 9728 resources (identifiers served by this gateway, routes that exist, one resource each).

@@ -3,7 +3,7 @@
  * is made here, from `store.url` (redis-url.ts: one server, Sentinel, or Cluster).
  */
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
-import { parseClusterUrl, parseSentinelUrl } from './redis-url.js'
+import { parseClusterUrl, parseSentinelUrl } from './url.js'
 
 /** What the callers use of a connection: the commands, events, scripts and closing of ioredis. */
 export type RedisClient = Redis | Cluster
