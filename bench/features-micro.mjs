@@ -58,7 +58,7 @@ function setup(config) {
 /** One cache-hit request's feature-dependent work: authorize, upstream headers, response headers. */
 function once({ rule, policy, principal, limiter }) {
   authorize(principal, rule, req.headers, segments)
-  const fields = limiter === null ? null : limiter.check(rule.id, rule.rateLimits, true, req, principal)
+  const fields = limiter === null ? null : limiter.check({ rule, req, principal }, true)
   const out = buildUpstreamHeaders(req, principal, policy, rule.claimHeaders)
   const list = responseHeaderList(upstreamResponse)
   const answer = rule.cors === null ? null : corsAnswer(rule.cors, ORIGIN, 'GET')

@@ -1,5 +1,5 @@
 /**
- * Scope hierarchies (`scope_implies:`, issue 19): "mcp:admin implies mcp:write, which implies mcp:read". MCP
+ * Scope hierarchies (`scope_implies:`): "mcp:admin implies mcp:write, which implies mcp:read". MCP
  * 2026-07-28 (Authorization, Step-Up Authorization Flow) asks servers to account for them, and most APIs have
  * one (`repo` covers `repo:status`). Compiled at load into, per scope, every scope that implies it
  * (transitively), so a route asking for `mcp:read` is satisfied by a token holding `mcp:admin`.

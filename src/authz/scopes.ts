@@ -44,7 +44,7 @@ export function requireAudience(principal: Principal, rule: RouteAccess): void {
   }
 }
 
-/** Claim conditions (issue 17): ClaimsNotSatisfied (403 access_denied) for the first that fails; `name` prefixes `any`'s label. */
+/** Claim conditions: ClaimsNotSatisfied (403 access_denied) for the first that fails; `name` prefixes `any`'s label. */
 export function requireConditions(conditions: CompiledConditions, principal: Principal, request: RequestFacts, name = 'claims'): void {
   const unmet = unmetCondition(conditions, principal.claims, request)
   if (unmet === undefined) return
@@ -53,7 +53,7 @@ export function requireConditions(conditions: CompiledConditions, principal: Pri
 }
 
 /**
- * The route's scopes (403 insufficient_scope), then its claim conditions (403 access_denied, issue 17), which
+ * The route's scopes (403 insufficient_scope), then its claim conditions (403 access_denied), which
  * may read the request's path parameters (`segments`, canonical) and headers.
  */
 export function authorize(principal: Principal, rule: RouteAccess, headers: IncomingHttpHeaders, segments: readonly string[]): void {

@@ -1,5 +1,5 @@
 /**
- * DPoP at the gateway (RFC 9449 §7, issue 20): `Authorization: DPoP <token>` with a `DPoP` proof. The token is
+ * DPoP at the gateway (RFC 9449 §7): `Authorization: DPoP <token>` with a `DPoP` proof. The token is
  * validated as any other (cached); the proof is verified on every request: signed by the key the token is
  * bound to (`cnf.jkt`), for this method and URL as the client addressed it (the gateway's public URL, not the
  * upstream's), for this token (`ath`), fresh (`iat`), once (`jti`), and with a server nonce when those are on.
@@ -20,6 +20,16 @@ import { memoryReplayCache, sharedReplayCache, type ReplayCache, type SharedOnce
 import { resolveDpop, type DpopSettings } from './settings.js'
 
 export type DpopMode = DpopModeConfig
+
+/** What checking a request's proof reads of it (the gateway's per-request exchange has it all). */
+export interface ProvenRequest {
+  readonly req: IncomingMessage
+  /** The origin-form path the route matched: `htu` must name it (RFC 9449 §4.3). */
+  readonly path: string
+  readonly rule: { readonly dpop: DpopMode | null }
+  /** `decision`: the request was described by a proxy in front; `htu` is checked against `server.public_url` only. */
+  readonly mode: string
+}
 
 // token68 (RFC 7235 §2.1), as for Bearer.
 const DPOP_CREDENTIALS = /^DPoP +([A-Za-z0-9\-._~+/]+=*) *$/i
@@ -89,7 +99,7 @@ export class DpopGate {
    */
   private requestUrl(req: IncomingMessage, path: string, decision: boolean): string {
     if (this.origin !== undefined) return `${this.origin}${path}`
-    // A decision (issue 23) reaches us from the proxy in front, whose address the client never addressed.
+    // A decision reaches us from the proxy in front, whose address the client never addressed.
     if (decision) throw new DpopRefused('dpop_no_public_url', 'the gateway cannot check the proof\'s htu: server.public_url is not set', 'invalid_dpop_proof')
     const address = req.socket.localAddress ?? ''
     const host = address.startsWith('::ffff:') ? address.slice(7) : address.includes(':') ? `[${address}]` : address
@@ -120,9 +130,12 @@ export class DpopGate {
 
   /**
    * Verifies the proof of a `DPoP` request for `principal` (already validated from `token`); throws DpopRefused.
-   * `decision`: the request was described by a proxy in front (issue 23): `htu` is checked against `server.public_url` only.
+   * A request the decision endpoint was asked about has `htu` checked against `server.public_url` only.
    */
-  async verify(req: IncomingMessage, path: string, token: string, principal: Principal, routeMode: DpopMode | null, decision = false): Promise<void> {
+  async verify(request: ProvenRequest, token: string, principal: Principal): Promise<void> {
+    const { req, path } = request
+    const routeMode = request.rule.dpop
+    const decision = request.mode === 'decision'
     const issuer = principal.issuer
     try {
       if (this.modeFor(routeMode, issuer) === 'off') throw new DpopRefused('dpop_off', 'tokens of this issuer are accepted as Bearer only', 'invalid_token')

@@ -1,4 +1,4 @@
-/** `dpop:` (issue 20) resolved once per load: what both the token endpoint and the gateway check proofs with. */
+/** `dpop:` resolved once per load: what both the token endpoint and the gateway check proofs with. */
 import type { DpopConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { createNonceIssuer, type NonceIssuer } from './nonce.js'

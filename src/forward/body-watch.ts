@@ -1,7 +1,7 @@
 /**
  * Request bodies being received, watched by one sweep for all of them: a body that pauses longer than
  * `server.body_timeout`, or that arrives slower than `server.body_min_rate` once that long has passed, is
- * refused with 408 (issue 15: slow bodies held the upstream's connections). Time the gateway itself holds
+ * refused with 408 (slow bodies held the upstream's connections). Time the gateway itself holds
  * the body back (the upstream not reading, or no pool connection free yet) is not the client's and does
  * not count.
  */

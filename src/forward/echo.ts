@@ -1,8 +1,7 @@
 /** `builtin:echo`: answers with what it received (after the gateway's header work) as JSON. */
-import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Readable } from 'node:stream'
+import type { ServerResponse } from 'node:http'
 import type { HeaderList } from './upstream-headers.js'
-import type { CorsAnswer } from '../cors/policy.js'
+import type { Relay } from './proxy.js'
 
 const MAX_ECHOED_BODY = 64 * 1024
 
@@ -21,9 +20,10 @@ function* fieldsOf(list: HeaderList): Generator<readonly [string, string]> {
   for (let i = 0; i < list.length; i += 2) yield [list[i]!, list[i + 1]!]
 }
 
-/** `cors`: the CORS headers of the request's origin (issue 18), when the gateway answers CORS on its route. */
-export async function echoRequest(req: IncomingMessage, res: ServerResponse, path: string, query: string,
-  headers: HeaderList, body: Readable | Buffer | null, cors?: CorsAnswer | null, extra: readonly string[] | null = null): Promise<void> {
+/** `cors`: the CORS headers of the request's origin, when the gateway answers CORS on its route. */
+export async function echoRequest(res: ServerResponse, relay: Relay & { readonly path: string; readonly query: string }): Promise<void> {
+  const { req, path, query, headers, body, cors } = relay
+  const extra = relay.rateLimitFields ?? null
   let bodyBytes = 0
   const kept: Buffer[] = []
   if (Buffer.isBuffer(body)) {

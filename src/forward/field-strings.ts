@@ -1,5 +1,5 @@
 /**
- * Upstream response header fields as strings, from the Buffers undici hands over (issue 24). Each Buffer's
+ * Upstream response header fields as strings, from the Buffers undici hands over. Each Buffer's
  * `toString('latin1')` is a call into C++ and a new string: about 90 ns a field, and a response has five or
  * more. An upstream sends the same few names, and mostly the same values, on every response, so a fixed
  * table keeps the strings last made: a slot is found by a hash of the bytes, and its string is used only

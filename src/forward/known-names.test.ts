@@ -37,7 +37,7 @@ async function send(headers: Record<string, string> | string[]): Promise<number>
   }
 }
 
-describe('the gateway\'s header names in undici\'s table of known names (issue 24)', () => {
+describe('the gateway\'s header names in undici\'s table of known names', () => {
   it('enters lower-case token names mapped to themselves, and requests carrying them arrive intact', async () => {
     expect(table['x-auth-subject']).toBeUndefined()
     expect(enterKnownHeaderNames(['x-auth-subject', 'x-forwarded-port', "x-a!#$%&'*+.^_`|~9"])).toBe(3)

@@ -1,6 +1,6 @@
 /**
  * The request header names the gateway itself adds (the forwarding and identity headers, the configured claim
- * headers, the trace context), entered once in undici's table of known header names (issue 24).
+ * headers, the trace context), entered once in undici's table of known header names.
  *
  * undici checks every header name of every request it is given: a name in its table of well-known names
  * (`headerNameLowerCasedRecord`, `Accept` … `X-XSS-Protection`, each spelling mapped to its lower-case form) is

@@ -82,8 +82,8 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   private streamed = false
 
   /**
-   * @param cors the CORS headers of the request's origin (issue 18), when the gateway answers CORS on the route
-   * @param extra `[name, value, …]` the gateway adds to the response (the RateLimit fields, issue 21); they
+   * @param cors the CORS headers of the request's origin, when the gateway answers CORS on the route
+   * @param extra `[name, value, …]` the gateway adds to the response (the RateLimit fields); they
    *   replace any the upstream sent of the same names
    */
   constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void,
@@ -178,19 +178,30 @@ function withHeaders(list: readonly string[], extra: readonly string[]): string[
   return out
 }
 
+/** What forwarding reads of a request on its way (the gateway's per-request exchange has it all). */
+export interface Relay {
+  readonly req: IncomingMessage
+  /** The request headers for the upstream. */
+  readonly headers: HeaderList
+  readonly body: Readable | Buffer | null
+  /** The CORS headers of the request's origin, when the gateway answers CORS on the route (`cors`). */
+  readonly cors?: CorsAnswer | null | undefined
+  /** `[name, value, …]` added to the response (the RateLimit fields): they replace any the upstream sent. */
+  readonly rateLimitFields?: readonly string[] | null | undefined
+}
+
 /**
  * Forwards the request on the upstream's pool; `done` is called when the upstream's response has been
  * relayed, or with the error that ended it. The returned handler is told when the client goes away.
  */
-export function forwardRequest(upstream: Upstream, req: IncomingMessage, res: ServerResponse,
-  headers: HeaderList, body: Readable | Buffer | null, done: (error?: Error) => void, cors?: CorsAnswer | null,
-  extra: readonly string[] | null = null): ForwardHandler {
+export function forwardRequest(upstream: Upstream, res: ServerResponse, relay: Relay, done: (error?: Error) => void): ForwardHandler {
+  const { req, headers, body } = relay
   const streamed = body !== null && !Buffer.isBuffer(body)
   // Half the pool at most for bodies that arrive as slowly as the client likes (within body_min_rate).
   if (streamed && upstream.streaming >= upstream.maxStreaming) {
     throw new TemporarilyUnavailable(`upstream ${upstream.name}: ${upstream.maxStreaming} streamed request bodies in flight`, 1)
   }
-  const handler = new ForwardHandler(res, done, cors, extra)
+  const handler = new ForwardHandler(res, done, relay.cors, relay.rateLimitFields ?? null)
   // Every connection busy: this one queues, for a bounded time (a timer only then, not on the hot path).
   if (upstream.busy >= upstream.connections) handler.waitAtMost(upstream.queueTimeoutMs, upstream.name)
   handler.countOn(upstream, streamed)

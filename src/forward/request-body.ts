@@ -77,7 +77,7 @@ function streamRest(req: IncomingMessage, prefix: readonly Buffer[], limit: numb
 
 /**
  * A body read whole, at most `limit` bytes (RequestTooLarge past it; before any is read when the declared
- * length says so): the messages of MCP routes (issue 19), which the gateway reads before they are forwarded.
+ * length says so): the messages of MCP routes, which the gateway reads before they are forwarded.
  */
 export async function readWholeBody(req: IncomingMessage, limit: number, policy: BodyPolicy): Promise<Buffer> {
   const length = req.headers['content-length']

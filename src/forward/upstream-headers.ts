@@ -17,7 +17,7 @@ export { DEFAULT_IDENTITY_HEADERS, reservedHeaderNames, STRIPPED_HEADERS } from 
 export type OutgoingHeaders = Record<string, string | string[]>
 /**
  * The headers of a forwarded request, as the flat list undici takes (`[name, value, name, value, …]`, names
- * lower-case): cheaper for undici to read than an object's keys (issue 24: about 2 % of a cache hit's CPU). A
+ * lower-case): cheaper for undici to read than an object's keys (about 2 % of a cache hit's CPU). A
  * name appears once, except one the client sent as several fields node keeps apart (`set-cookie`).
  */
 export type HeaderList = string[]
@@ -38,7 +38,7 @@ export interface HeaderPolicy {
  * @param claimHeaders every header any `claim_headers` names (removed from every request, as identity
  *   headers are), and the issuers' mappings
  */
-/** @param alsoRemoved more request headers not to forward (`dpop` unless `dpop.forward_proof`, issue 20) */
+/** @param alsoRemoved more request headers not to forward (`dpop` unless `dpop.forward_proof`) */
 export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: boolean,
   claimHeaders: { names: readonly string[]; byIssuer: ReadonlyMap<string, readonly ClaimHeader[]> } = { names: [], byIssuer: new Map() },
   alsoRemoved: readonly string[] = []): HeaderPolicy {
@@ -81,7 +81,7 @@ function identityValue(value: string): string {
 }
 
 /**
- * A claim as a header value (issue 17): a string, a number or a boolean as written; an array as its members
+ * A claim as a header value: a string, a number or a boolean as written; an array as its members
  * joined by ", " (RFC 9110 §5.6.1 list syntax), each member a string, number or boolean; undefined (no
  * header) for a missing claim, null or an empty array. Each value or member must be an identity value (see
  * above), and an object is never written: either refuses the token (401), as an identity header does.
@@ -242,7 +242,7 @@ function claimHeadersOf(principal: Principal, policy: HeaderPolicy, routeClaimHe
 
 /**
  * The identity headers (and claim headers) of `principal` into `out`: what the upstream receives, and what the
- * decision endpoint answers for the proxy in front to copy upstream (issue 23). Throws InvalidToken (401) for a
+ * decision endpoint answers for the proxy in front to copy upstream. Throws InvalidToken (401) for a
  * claim no header can carry.
  */
 export function setIdentityHeaders(out: OutgoingHeaders, principal: Principal, policy: HeaderPolicy,

@@ -1,5 +1,5 @@
 /**
- * Authorizing one MCP message (issue 19): the route's rules, the method's and the tool's (or prompt's),
+ * Authorizing one MCP message: the route's rules, the method's and the tool's (or prompt's),
  * checked once the message is read. MCP 2026-07-28, Authorization, "Scope Challenge Handling": a token
  * short of scope gets ONE 403 `insufficient_scope` whose `scope` names every scope the operation needs (the
  * route's and the tool's), so the client's step-up asks for them all at once; then claim conditions

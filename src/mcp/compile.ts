@@ -1,5 +1,5 @@
 /**
- * A route's `mcp:` (issue 19), compiled once at load: rules by tool name, prompt name and JSON-RPC method,
+ * A route's `mcp:`, compiled once at load: rules by tool name, prompt name and JSON-RPC method,
  * each `{scopes, claims}` like the route's own. Names are compared exactly; a name that only folds to a
  * configured one (case, compatibility form, invisible characters: names.ts) gets that one's rule.
  */

@@ -1,5 +1,5 @@
 /**
- * A strict JSON reader for MCP messages (issue 19): RFC 8259 as V8's JSON.parse reads it, but refusing what
+ * A strict JSON reader for MCP messages: RFC 8259 as V8's JSON.parse reads it, but refusing what
  * two JSON parsers may read two ways. The gateway decides on the tool name it reads here and the upstream
  * runs the one its own parser reads, so a body they could disagree on is refused, never guessed at:
  *

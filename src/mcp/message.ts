@@ -1,5 +1,5 @@
 /**
- * The JSON-RPC message of an MCP POST (issue 19), read from its buffered body and checked against the
+ * The JSON-RPC message of an MCP POST, read from its buffered body and checked against the
  * `Mcp-Method` and `Mcp-Name` headers: MCP 2026-07-28, Streamable HTTP, "Sending Messages" (one request or
  * notification per POST; JSON-RPC batching was removed in 2025-06-18) and "Request Metadata" (the headers
  * mirror `method` and `params.name` / `params.uri`; servers that read the body MUST refuse a request whose

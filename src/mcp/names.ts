@@ -1,5 +1,5 @@
 /**
- * MCP method and tool names (issue 19): the methods clients send over Streamable HTTP in revisions
+ * MCP method and tool names: the methods clients send over Streamable HTTP in revisions
  * 2025-03-26 to 2026-07-28, which of them name a target, and the folded form that catches look-alike
  * spellings an upstream might match loosely.
  */

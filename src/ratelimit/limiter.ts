@@ -1,5 +1,5 @@
 /**
- * Rate limits at the gateway (issue 21): after authentication (a forged token never reaches this, so it cannot
+ * Rate limits at the gateway: after authentication (a forged token never reaches this, so it cannot
  * spend another client's budget) and before forwarding, each of the route's policies takes one request from
  * the bucket of the request's key. All must admit; the first that refuses answers 429 with `Retry-After`.
  * Admitted responses carry the RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers-10)
@@ -24,6 +24,22 @@ import type { RedisBuckets } from './redis.js'
 
 /** What an admitted request's response carries: `[name, value, …]`, or null without fields. */
 export type RateLimitFields = string[] | null
+
+/** What a rate limit reads of a request on its way (the gateway's per-request exchange has it all). */
+export interface CountedRequest {
+  readonly rule: { readonly id: string; readonly rateLimits: readonly CompiledPolicy[] | null }
+  readonly req: IncomingMessage
+  /** Undefined for a request without a token (counted under its address). */
+  readonly principal: Principal | undefined
+  /**
+   * true: the client's address is the last `X-Forwarded-For` entry (the decision endpoint's proxy says it);
+   * undefined: as `forward.trust_forwarded_headers` says.
+   */
+  readonly forwardedFor?: boolean | undefined
+}
+
+/** A policy taken from, with the budget it was taken under and what the take said. */
+type Settled = [CompiledPolicy, Budget, GcraOutcome]
 
 export interface LimiterOptions {
   /** The policies the routes use (compiled with them: rules/compile.ts), each once. */
@@ -119,24 +135,23 @@ export class RateLimiter {
    * policy whose store failed, TemporarilyUnavailable (503). Returns the fields for the response. `forwarded`:
    * the client's address is the last `X-Forwarded-For` entry (a trusted balancer, or the decision endpoint's proxy).
    */
-  check(route: string, policies: readonly CompiledPolicy[], headers: boolean, req: IncomingMessage,
-    principal: Principal | undefined, forwarded = this.options.trustForwarded): RateLimitFields | Promise<RateLimitFields> {
-    if (this.redis !== null) return this.checkShared(route, policies, headers, req, principal, forwarded)
+  check(request: CountedRequest, headers: boolean): RateLimitFields | Promise<RateLimitFields> {
+    if (this.redis !== null) return this.checkShared(request, headers)
     const now = this.now()
-    const results: Array<[CompiledPolicy, Budget, GcraOutcome]> = []
+    const results: Settled[] = []
+    const policies = request.rule.rateLimits!
     for (const policy of policies) {
-      const [value, budget] = this.resolve(route, policy, req, principal, forwarded)
-      const outcome = this.memory.get(policy.name)!.take(value, now, budget.parameters)
-      this.settle(route, policy, outcome, results, budget, headers)
+      const [value, budget] = this.resolve(policy, request)
+      results.push([policy, budget, this.memory.get(policy.name)!.take(value, now, budget.parameters)])
+      this.settle(request.rule.id, results, headers)
     }
     return headers ? fields(results) : null
   }
 
-  private async checkShared(route: string, policies: readonly CompiledPolicy[], headers: boolean, req: IncomingMessage,
-    principal: Principal | undefined, forwarded: boolean): Promise<RateLimitFields> {
-    const results: Array<[CompiledPolicy, Budget, GcraOutcome]> = []
-    for (const policy of policies) {
-      const [value, budget] = this.resolve(route, policy, req, principal, forwarded)
+  private async checkShared(request: CountedRequest, headers: boolean): Promise<RateLimitFields> {
+    const results: Settled[] = []
+    for (const policy of request.rule.rateLimits!) {
+      const [value, budget] = this.resolve(policy, request)
       let outcome: GcraOutcome
       try {
         outcome = await this.redis!.take(policy.name, value, budget.parameters)
@@ -145,17 +160,20 @@ export class RateLimiter {
         if (policy.failOpen) continue
         throw new TemporarilyUnavailable(`rate limit store unavailable (${policy.name})`, 1, error)
       }
-      this.settle(route, policy, outcome, results, budget, headers)
+      results.push([policy, budget, outcome])
+      this.settle(request.rule.id, results, headers)
     }
     return headers ? fields(results) : null
   }
 
   /** The key value and budget of `policy` for this request (an override's, if the value has one). */
-  private resolve(route: string, policy: CompiledPolicy, req: IncomingMessage, principal: Principal | undefined, forwarded: boolean): [string, Budget] {
+  private resolve(policy: CompiledPolicy, request: CountedRequest): [string, Budget] {
+    const { req, principal } = request
+    const forwarded = request.forwardedFor ?? this.options.trustForwarded
     let value = this.keyValue(policy, req, principal, forwarded)
     if (value === undefined) {
       if (policy.fallback === 'refuse') {
-        this.options.metrics.observeRateLimited(route, policy.name)
+        this.options.metrics.observeRateLimited(request.rule.id, policy.name)
         throw new RateLimited(policy.name, Math.ceil(policy.windowSeconds), null, `${policy.name}: no ${policy.key.kind} to count the request under`)
       }
       value = `@${clientAddress(req, forwarded)}`
@@ -163,9 +181,9 @@ export class RateLimiter {
     return [value, policy.overrides?.get(value) ?? policy.budget]
   }
 
-  private settle(route: string, policy: CompiledPolicy, outcome: GcraOutcome, results: Array<[CompiledPolicy, Budget, GcraOutcome]>,
-    budget: Budget, headers: boolean): void {
-    results.push([policy, budget, outcome])
+  /** The last of `results` just taken: refused (429) unless allowed. */
+  private settle(route: string, results: Settled[], headers: boolean): void {
+    const [policy, budget, outcome] = results[results.length - 1]!
     if (outcome.allowed) return
     this.options.metrics.observeRateLimited(route, policy.name)
     throw new RateLimited(policy.name, Math.max(1, Math.ceil(outcome.retryAfterMs / 1000)), headers ? fields(results) : null,
@@ -178,7 +196,7 @@ export class RateLimiter {
 }
 
 /** RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-10 §4, §5): one item per policy applied. */
-function fields(results: ReadonlyArray<[CompiledPolicy, Budget, GcraOutcome]>): string[] {
+function fields(results: readonly Settled[]): string[] {
   let policy = ''
   let state = ''
   for (const [compiled, budget, outcome] of results) {

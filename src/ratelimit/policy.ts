@@ -1,5 +1,5 @@
 /**
- * `rate_limits:` (issue 21) compiled at load: named policies (a limit per window with a burst, a key, overrides
+ * `rate_limits:` compiled at load: named policies (a limit per window with a burst, a key, overrides
  * per key value, what a store failure does), the ones every route gets by default, and each route's own. The
  * key is read after authentication, from what the gateway verified: the token's client or subject, a claim,
  * or the client's address; a header only where the config says so (a header is whatever the client sends).

@@ -1,5 +1,5 @@
 /**
- * Rate-limit state shared by several instances (issue 21): one Redis key per policy and key value, holding the
+ * Rate-limit state shared by several instances: one Redis key per policy and key value, holding the
  * GCRA TAT (gcra.ts), read and written by one script, so a check is one atomic round trip and instances
  * count against one budget. The clock is Redis's (`TIME`), so instances whose clocks differ agree. Keys
  * carry the deployment's prefix (with its {hash tag}: one Cluster slot) and the SHA-256 of the key value, never

@@ -1,5 +1,5 @@
 /**
- * What the primary and its workers say to each other under `server.workers` (issue 24), over node:cluster's
+ * What the primary and its workers say to each other under `server.workers`, over node:cluster's
  * IPC channel. Never on the request path: revocations, reloads and readiness only. Connections are spread by
  * the OS (SCHED_NONE), not passed through the primary.
  */
@@ -33,7 +33,7 @@ export function toPrimary(message: ClusterMessage): boolean {
 }
 
 /**
- * Revocations between the workers of one primary (issue 24): what the Redis channel is between instances
+ * Revocations between the workers of one primary: what the Redis channel is between instances
  * (broadcast.ts), over IPC. IPC loses nothing while both ends live; a worker that starts later loads the
  * deny-list from the store, so there is nothing to resynchronise.
  */
@@ -55,7 +55,7 @@ export function ipcBroadcast(): Broadcast {
 const FIRST_USE_TIMEOUT_MS = 1000
 
 /**
- * Single use across the workers of one machine (issue 24): a DPoP proof accepted by one worker, at the token
+ * Single use across the workers of one machine: a DPoP proof accepted by one worker, at the token
  * endpoint or the gateway, is refused by every other. The primary keeps the marks ({@link FirstUseMarks}); a
  * Redis store's own `firstUse` takes precedence, since it spans instances too.
  */

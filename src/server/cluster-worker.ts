@@ -1,5 +1,5 @@
 /**
- * One worker under `server.workers` (issue 24): runPortcullis without the admin listener (the primary's), its
+ * One worker under `server.workers`: runPortcullis without the admin listener (the primary's), its
  * metrics offered to the primary's aggregated scrape (process metrics labelled with the worker's id), its
  * revocations sent to the other workers and its brute-force counters kept by the primary.
  */

@@ -1,5 +1,5 @@
 /**
- * `server.workers` (issue 24): several worker processes serve the same listeners (node:cluster with
+ * `server.workers`: several worker processes serve the same listeners (node:cluster with
  * SCHED_NONE: each accepts on the shared socket, the OS spreads the connections; nothing passes through
  * the primary). The primary only supervises:
  *

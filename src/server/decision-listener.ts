@@ -1,5 +1,5 @@
 /**
- * The decision endpoint's own listener (`decision.listen`, issue 23): apart from the public one, so that a
+ * The decision endpoint's own listener (`decision.listen`): apart from the public one, so that a
  * firewall, a NetworkPolicy or a loopback address keeps it out of clients' reach. HTTPS when `decision.tls`
  * is set; with `tls.client_ca_file`, the handshake itself refuses callers without a certificate from that CA.
  */

@@ -1,5 +1,5 @@
 /**
- * V8's inlining budget for a gateway process (issue 24). TurboFan inlines the functions an optimized function calls
+ * V8's inlining budget for a gateway process. TurboFan inlines the functions an optimized function calls
  * until their bytecode adds up to 920 bytes (`--max-inlined-bytecode-size-cumulative`); a request's path through
  * node's HTTP server, undici and the gateway is many small functions deep, and past that budget each one is a call.
  * At 3000, measured side by side (bench/corun.mjs, (d) with it over (d) without, 6 to 8 rounds each): node 20 0.942

@@ -1,6 +1,6 @@
 /**
  * Where the log goes, and the request line (one per request at `info`, the default) written without pino's
- * per-line work (issue 24: it cost 13–25 µs of CPU per request over `warn`).
+ * per-line work (it cost 13–25 µs of CPU per request over `warn`).
  *
  * - The request line is written here, as bytes into a buffer the output reuses: its fields are known, few,
  *   and none of them is a credential (the path without its query, bounded codes, a request id of safe

@@ -1,6 +1,6 @@
 /**
  * What one request did (its route, decision and error), and the log line and metrics written when it ends:
- * the same for a forwarded request (pipeline.ts) and a decision (src/decision/, issue 23).
+ * the same for a forwarded request (pipeline.ts) and a decision (decision.ts).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { randomUUID } from 'node:crypto'
@@ -8,34 +8,11 @@ import {
   ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, InsufficientScope, MissingToken, RateLimited, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
 import type { Decision } from '../metrics/metrics.js'
-import type { ResourceChallenge } from '../errors/render.js'
-import type { ForwardHandler } from '../forward/proxy.js'
-import type { CorsAnswer } from '../cors/policy.js'
-import { endHttpSpan, type Span } from '../tracing/tracing.js'
+import { endHttpSpan } from '../tracing/tracing.js'
+import type { Outcome } from './exchange.js'
 import type { GatewayRuntime } from './runtime.js'
 import type { RequestLine } from './log-output.js'
 
-/** What one request did, for its log line and its metrics (filled in as the request goes). */
-export interface Outcome {
-  route: string
-  decision: Decision
-  /** The error code when refused ('' when forwarded); bounded, so it can be a label. */
-  error: string
-  /** The precise reason, for the log only. */
-  detail?: string | undefined
-  /** Our own failure (500s): logged with its stack. */
-  cause?: unknown
-  /** The upstream request in flight, told when the client goes away. */
-  forwarding?: ForwardHandler | undefined
-  /** The RFC 9728 metadata URL of the matched route's resource, for the challenges (issue 18). */
-  resourceMetadata?: ResourceChallenge | undefined
-  /** CORS headers for every answer (issue 18): null when there are none; unset until the route is known. */
-  cors?: CorsAnswer | null | undefined
-  /** The RateLimit fields for the forwarded response (issue 21): `[name, value, …]`; null or unset for none. */
-  rateLimitFields?: string[] | null | undefined
-  /** The request's server span (issue 22), when tracing is on. */
-  span?: Span | undefined
-}
 
 /** Levels at which the one-line-per-request log is written (`info` and chattier). */
 const LOGS_REQUESTS = new Set(['info', 'debug', 'trace'])

@@ -42,7 +42,7 @@ export interface RunOptions extends GatewayOptions {
   decisionPort?: number
   /** Watch the config file and reload on change (default true). */
   watch?: boolean
-  /** A worker under `server.workers` (issue 24): the primary serves the admin listener for all of them. */
+  /** A worker under `server.workers`: the primary serves the admin listener for all of them. */
   worker?: boolean
 }
 

@@ -30,21 +30,21 @@ import type { RequestLog } from './log-output.js'
 
 export interface GatewayRuntime {
   readonly rules: readonly CompiledRule[]
-  /** RFC 9728 metadata documents by path (issue 18); null when no resource is configured. */
+  /** RFC 9728 metadata documents by path; null when no resource is configured. */
   readonly resourceMetadata: ReadonlyMap<string, CompiledResource> | null
-  /** CORS (issue 18); null when no `cors` is configured anywhere: then the pipeline does nothing about it. */
+  /** CORS; null when no `cors` is configured anywhere: then the pipeline does nothing about it. */
   readonly cors: CorsRuntime | null
   readonly authenticator: Authenticator
   readonly upstreams: ReadonlyMap<string, Upstream>
   readonly headerPolicy: HeaderPolicy
-  /** The same without `Authorization`: for routes that strip it although `forward` does not (`mcp` routes, issue 19). */
+  /** The same without `Authorization`: for routes that strip it although `forward` does not (`mcp` routes). */
   readonly tokenlessHeaderPolicy: HeaderPolicy
   readonly realm: string
-  /** DPoP proofs (issue 20): always there (the scheme is accepted by default); its replay cache outlives reloads. */
+  /** DPoP proofs: always there (the scheme is accepted by default); its replay cache outlives reloads. */
   readonly dpop: DpopGate
-  /** The decision endpoint's trust and cache settings (issue 23); null without `decision:`. */
+  /** The decision endpoint's trust and cache settings; null without `decision:`. */
   readonly decision: CompiledDecision | null
-  /** Rate limits (issue 21); null when no route has any. */
+  /** Rate limits; null when no route has any. */
   readonly rateLimiter: RateLimiter | null
   readonly maxTokenSize: number
   readonly bodyPolicy: BodyPolicy
@@ -52,6 +52,8 @@ export interface GatewayRuntime {
   /** The request line of every request, at `info` (src/server/log-output.ts). */
   readonly requestLog: RequestLog
   readonly metrics: Metrics
+  /** The clock (ms since the epoch), for what a stage dates: a decision's cache lifetime. */
+  readonly now: () => number
   /** Requests being served on this runtime now; see {@link retireWhenIdle}. */
   inflight: number
   /** Set when a newer runtime has replaced this one: it closes what it alone holds once `inflight` is 0. */
@@ -142,6 +144,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
     log: deps.log,
     requestLog: deps.requestLog,
     metrics: deps.metrics,
+    now: deps.now,
     inflight: 0,
     source: { authn, upstreams: upstreamSources },
   }

@@ -1,5 +1,5 @@
 /**
- * Keeps one of Node's own `process.nextTick` objects alive for the life of the process (issue 24). Imported
+ * Keeps one of Node's own `process.nextTick` objects alive for the life of the process. Imported
  * for this side effect first of all by the CLI (src/cli.ts), before the rest of the program loads: the
  * loading itself runs a full garbage collection.
  *

@@ -1,5 +1,5 @@
 /**
- * The size of V8's young generation for a gateway process (issue 24). Node 20's default semi-space (16 MB on 64-bit)
+ * The size of V8's young generation for a gateway process. Node 20's default semi-space (16 MB on 64-bit)
  * fills many times a second under load (about 25 times at 20,000 requests/s in the bench), and each scavenge copies
  * every request in flight; a proxy keeps many in flight. At 64 MB, scavenges are about 4 times rarer: measured side
  * by side (bench/corun.mjs) on node 20, a JWT cache hit costs about 4 % less CPU per request (1.043 and 1.04 for

@@ -1,0 +1,112 @@
+/**
+ * One request on its way through the stages (src/server/stages/): what came in, what each stage learned, and
+ * what the log line and metrics say of it at the end. Every stage is a function of this one object; the
+ * object is made once per request, with every field present from the start (one shape for V8).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Readable } from 'node:stream'
+import type { Principal } from '../common/principal.js'
+import type { CorsAnswer } from '../cors/policy.js'
+import type { ResourceChallenge } from '../errors/render.js'
+import type { ForwardHandler } from '../forward/proxy.js'
+import type { HeaderList } from '../forward/upstream-headers.js'
+import type { Decision } from '../metrics/metrics.js'
+import type { CompiledRule } from '../rules/compile.js'
+import type { Span } from '../tracing/tracing.js'
+import type { GatewayRuntime } from './runtime.js'
+
+/** What one request did, for its log line and its metrics (filled in as the request goes). */
+export interface Outcome {
+  route: string
+  decision: Decision
+  /** The error code when refused ('' when forwarded); bounded, so it can be a label. */
+  error: string
+  /** The precise reason, for the log only. */
+  detail?: string | undefined
+  /** Our own failure (500s): logged with its stack. */
+  cause?: unknown
+  /** The upstream request in flight, told when the client goes away. */
+  forwarding?: ForwardHandler | undefined
+  /** The RFC 9728 metadata URL of the matched route's resource, for the challenges. */
+  resourceMetadata?: ResourceChallenge | undefined
+  /** CORS headers for every answer (`cors`): null when there are none; unset until the route is known. */
+  cors?: CorsAnswer | null | undefined
+  /** The RateLimit fields for the response (`rate_limit_headers`): `[name, value, …]`; null or unset for none. */
+  rateLimitFields?: string[] | null | undefined
+  /** The request's server span, when `tracing` is on. */
+  span?: Span | undefined
+}
+
+/** How the request arrived: each mode runs its own list of stages (src/server/stages.ts). */
+export type Mode = 'proxy' | 'decision' | 'upgrade'
+
+export class Exchange implements Outcome {
+  // Outcome
+  route = ''
+  decision: Decision
+  error = ''
+  detail: string | undefined = undefined
+  cause: unknown = undefined
+  forwarding: ForwardHandler | undefined = undefined
+  resourceMetadata: ResourceChallenge | undefined = undefined
+  cors: CorsAnswer | null | undefined = undefined
+  rateLimitFields: string[] | null | undefined = undefined
+  span: Span | undefined = undefined
+
+  // What the stages learn, in their order.
+  /** The origin-form path, as matched and as forwarded (normalize). */
+  path = ''
+  query = ''
+  /** The path's segments, split once (normalize): the route match and claim conditions read them. */
+  segments: readonly string[] = []
+  /** The matched route (match); read only after it. */
+  rule!: CompiledRule
+  /** A CORS preflight forwarded to an upstream that answers CORS itself (`cors.upstream`): not authenticated. */
+  preflight = false
+  /** An MCP message (a POST on an `mcp` route): the route's rules are checked with its tool's, once it is read. */
+  mcpMessage = false
+  /** The token of a `DPoP` request, for its proof (authenticate, then bind). */
+  dpopToken: string | undefined = undefined
+  /** Who the token says is calling (authenticate); undefined without a token where the route allows none. */
+  principal: Principal | undefined = undefined
+  /** The body to forward (body): null when there is none. */
+  body: Readable | Buffer | null = null
+  /** The upstream's request headers (forward). */
+  headers: HeaderList = []
+  /** The request was answered by a stage before the last (a preflight, a metadata document): stop there. */
+  answered = false
+
+  constructor(
+    readonly rt: GatewayRuntime,
+    readonly req: IncomingMessage,
+    /** The response; null for an upgrade, whose answer is written on its socket. */
+    readonly res: ServerResponse | null,
+    readonly mode: Mode,
+  ) {
+    this.decision = mode === 'decision' ? 'allowed' : 'forwarded'
+  }
+
+  /** The decision endpoint's proxy names the client: its address is the last `X-Forwarded-For` entry. */
+  get forwardedFor(): boolean | undefined {
+    return this.mode === 'decision' ? true : undefined
+  }
+}
+
+/** A step of the request path: synchronous when it can be (the hot path awaits nothing), a promise otherwise. */
+export type Stage = (ex: Exchange) => Promise<void> | undefined
+
+/**
+ * Runs `stages` from `from` on: synchronously while each returns undefined, and from the first promise on as its
+ * continuation. Stops after a stage that answered the request. Throws, or rejects, with the error to answer.
+ */
+export function runStages(stages: readonly Stage[], ex: Exchange, from = 0): Promise<void> | undefined {
+  for (let i = from; i < stages.length; i++) {
+    const pending = stages[i]!(ex)
+    if (pending !== undefined) {
+      const next = i + 1
+      return pending.then(() => ex.answered ? undefined : runStages(stages, ex, next))
+    }
+    if (ex.answered) return undefined
+  }
+  return undefined
+}

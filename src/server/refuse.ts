@@ -1,0 +1,19 @@
+/** The answer to a refused request: the error noted for the log and metrics, then rendered per RFC 6750 §3. */
+import { HttpVersionNotSupported } from '../errors/oauth-errors.js'
+import { renderError } from '../errors/render.js'
+import { refusalCors } from '../cors/response.js'
+import { hasBody } from '../forward/request-body.js'
+import type { Exchange } from './exchange.js'
+import { noteFailure } from './request-record.js'
+
+export function refuse(ex: Exchange, error: unknown): void {
+  const { rt, req } = ex
+  const failure = noteFailure(rt, ex, error)
+  const res = ex.res!
+  // A decision's answer never closes the proxy's connection, and carries no CORS: the proxy's client sees the proxy's.
+  if (ex.mode === 'decision') return renderError(res, failure, rt.realm, false, ex.resourceMetadata)
+  // A body we did not read must not be read now (it may be 50 MB): close the connection instead; and a
+  // client that spoke another HTTP version gets nothing more on this one.
+  renderError(res, failure, rt.realm, (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported,
+    ex.resourceMetadata, rt.cors === null ? undefined : refusalCors(rt.cors, req, ex.cors))
+}

@@ -1,0 +1,81 @@
+/**
+ * The decision mode's own stages (`decision`): the proxy in front describes the request it holds (nginx
+ * `auth_request`, Traefik and Caddy forward auth, Envoy `ext_authz`), the proxy mode's stages judge it, and the
+ * answer is 200 with the identity headers for the proxy to copy upstream. No body is read.
+ */
+import { GatewayError, MalformedRequest } from '../../errors/oauth-errors.js'
+import { setIdentityHeaders, type OutgoingHeaders } from '../../forward/upstream-headers.js'
+import { cacheFields } from '../../decision/cache.js'
+import { originalRequest } from '../../decision/original.js'
+import { requireTrusted, UntrustedCaller } from '../../decision/trust.js'
+import { splitRequestTarget } from '../../rules/normalize.js'
+import { splitPath } from '../../rules/segments.js'
+import type { Exchange } from '../exchange.js'
+import { requestHeadProblem } from '../request-head.js'
+
+/** A route whose rules read the request body (`mcp`): the decision endpoint never gets one, so it cannot allow its POSTs. */
+class NotDecidable extends GatewayError {
+  readonly code = 'server_error'
+  readonly status = 500
+  constructor(route: string) {
+    super('this request cannot be decided without its body', { detail: `route ${route} authorizes MCP messages: serve it through the proxy mode` })
+  }
+}
+
+/**
+ * Describe: the caller must be trusted (`decision.trust`); the request is rewritten in place to the one it
+ * describes (method and URL), so every later stage, the DPoP proof check and the log line read that one; then
+ * normalized as the proxy mode's.
+ */
+export function describe(ex: Exchange): undefined {
+  const req = ex.req
+  const problem = requestHeadProblem(req)
+  if (problem) throw problem
+  // A reload that removed `decision:` leaves the listener up until a restart: it decides nothing more.
+  const decision = ex.rt.decision
+  if (decision === null) throw new UntrustedCaller('decision_off')
+  requireTrusted(decision.trust, req)
+  const original = originalRequest(req)
+  req.method = original.method
+  req.url = original.url
+  // As the proxy mode's upgrades (RFC 6455 §4.1): a WebSocket handshake is a GET, and nothing else is upgraded.
+  const upgrade = req.headers.upgrade
+  if (upgrade !== undefined && (upgrade.toLowerCase() !== 'websocket' || original.method !== 'GET')) {
+    throw new MalformedRequest('only WebSocket upgrades, by GET, are forwarded')
+  }
+  const { path, query } = splitRequestTarget(original.url)
+  ex.path = path
+  ex.query = query
+  ex.segments = splitPath(path)
+  return undefined
+}
+
+/** An MCP message is authorized with its body, which a decision never sees. */
+export function undecidable(ex: Exchange): undefined {
+  if (ex.rule.mcp !== null && ex.req.method === 'POST') throw new NotDecidable(ex.rule.id)
+  return undefined
+}
+
+/**
+ * Answer: 200 with every header the proxy may copy named, empty when the token has no such value (a proxy that
+ * copies a header the answer lacks may keep the client's copy, or write its own placeholder text: Caddy 2.6
+ * does), the RateLimit fields, and how long the proxy may cache it.
+ */
+export function answer(ex: Exchange): undefined {
+  const { rt, rule, principal } = ex
+  const headers: OutgoingHeaders = {}
+  const policy = rt.headerPolicy
+  if (principal !== undefined) setIdentityHeaders(headers, principal, policy, rule.claimHeaders)
+  for (const name of [policy.subject, policy.clientId, policy.scopes, policy.issuer]) headers[name] ??= ''
+  if (rule.claimHeaders !== null) for (const header of rule.claimHeaders) headers[header.name] ??= ''
+  const byIssuer = principal === undefined ? undefined : policy.issuerClaimHeaders?.get(principal.issuer)
+  if (byIssuer !== undefined) for (const header of byIssuer) headers[header.name] ??= ''
+  const fields = ex.rateLimitFields
+  if (fields !== null && fields !== undefined) for (let i = 0; i < fields.length; i += 2) headers[fields[i]!] = fields[i + 1]!
+  cacheFields(rt.decision!, ex, rt.now(), headers)
+  headers['content-length'] = '0'
+  const res = ex.res!
+  res.writeHead(200, headers)
+  res.end()
+  return undefined
+}
