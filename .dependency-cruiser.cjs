@@ -2,8 +2,26 @@
  * The floors of src/ (docs/architecture.md), checked by `npm run deps` in `npm test`. Type imports count:
  * a circle of types is still a circle a reader has to hold in mind.
  */
-const ground = '^src/(config|errors|crypto|common)/'
-const gateway = '^src/(authn|authz|audit|claims|common|config|cors|crypto|decision|dpop|errors|forward|mcp|metrics|ratelimit|redis|resources|rules|tracing)/'
+/** The floors, bottom up: a folder imports its own floor and those below, never one above. */
+const floors = [
+  ['config', 'errors', 'crypto', 'common', 'redis'],
+  ['metrics', 'tracing', 'audit', 'resources', 'claims', 'cors', 'decision'],
+  ['dpop', 'authn', 'authz', 'ratelimit'],
+  ['forward'],
+  ['mcp'],
+  ['authserver'],
+  ['rules'],
+  ['check'],
+]
+const folders = (names) => `^src/(${names.join('|')})/`
+const ground = folders(floors[0])
+const gateway = folders(floors.slice(0, 5).flat().concat('rules'))
+const upward = floors.slice(0, -1).map((floor, i) => ({
+  name: `floor-${i + 1}-looks-down`, severity: 'error',
+  comment: `${floor.join(', ')} import nothing above their floor (docs/architecture.md).`,
+  from: { path: folders(floor) },
+  to: { path: `${folders(floors.slice(i + 1).flat())}|^src/(server/|cli|index\\.ts)` },
+}))
 
 module.exports = {
   forbidden: [
@@ -13,6 +31,7 @@ module.exports = {
       comment: 'The configuration shape, errors, crypto and the shared formats import nothing above the ground floor.',
       from: { path: ground }, to: { path: '^src/', pathNot: ground },
     },
+    ...upward,
     {
       name: 'gateway-without-authorization-server', severity: 'error',
       comment: 'The gateway runs without the embedded authorization server: nothing on its side imports it.',

@@ -60,7 +60,7 @@ async function openKeyStore(verb: string, configFile: string): Promise<{ setting
   return { settings, store }
 }
 
-/** `portcullis keys rotate`: checklist JW-05, done on the store the gateway uses; running gateways pick it up on reload. */
+/** `portcullis keys rotate`: signing key rotation (new keys published `signing.rotation_publish_delay` before they sign), done on the store the gateway uses; running gateways pick it up on reload. */
 export async function rotateKeys(configFile: string): Promise<number> {
   const opened = await openKeyStore('keys rotate', configFile)
   if (typeof opened === 'number') return opened

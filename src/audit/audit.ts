@@ -46,7 +46,7 @@ export interface AuditEvents {
     readonly token_type: 'access_token' | 'refresh_token'
     /** Access tokens: the one revoked. */
     readonly jti?: string
-    /** Refresh tokens: the grant revoked with it, access tokens included (RV-03). */
+    /** Refresh tokens: the grant revoked with it, access tokens included (RFC 7009 §2.1: revoking a refresh token may revoke the grant's access tokens). */
     readonly grant_id: string
   }
   'client.authentication_failed': RequestFields & {
@@ -98,7 +98,7 @@ export interface AuditEvents {
   }
   'device_code.approved': DecisionFields
   'device_code.denied': DecisionFields
-  /** Issue 19: a client registered itself at /register (RFC 7591); never its secret or registration access token. */
+  /** A client registered itself at /register (RFC 7591 §3); never its secret or registration access token. */
   'client.registered': RequestFields & {
     readonly client_id: string
     /** As the client named itself (unverified). */

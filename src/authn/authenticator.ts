@@ -1,21 +1,24 @@
 /**
- * Token → principal, whichever way the token must be checked (ARCHITECTURE "Authenticate"):
+ * Token → principal, whichever way the token must be checked:
  * a JWT goes to the issuer its `iss` names (verified with its keys, or introspected when that issuer
  * has no keys configured); an opaque token goes to the first introspecting issuer whose `token_prefix`
  * it carries. Verified JWTs and introspection answers are cached by token hash, and one
  * {@link Authenticator.invalidate} call drops a token, or all of a jti, subject or client, from both caches.
  */
 import type { FastifyBaseLogger } from 'fastify'
-import type { JWTVerifyGetKey } from 'jose'
 import { UNKNOWN_ISSUER, ValidationCounts, type Metrics, type UnavailableReason, type ValidationMethod } from '../metrics/metrics.js'
 import type { CacheConfig, IssuerConfig } from '../config/schema.js'
-import { DEVICE_CODE_PREFIX, OPAQUE_ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX } from '../common/token-formats.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import { IntrospectionClient, type IntrospectionEntry } from './introspection.js'
 import { JwtIssuer, decodeUnverified, looksLikeJwt, refuseUnsecured } from './jwt.js'
 import type { KeySetStats } from './jwks.js'
-import { keepClaims, type Principal } from '../common/principal.js'
+import type { Principal } from '../common/principal.js'
 import { TokenCache, tokenHash, type CacheKeyMemo, type CacheStats } from './token-cache.js'
+import { hasEmbeddedPrefix, withEmbeddedClaims, type EmbeddedIssuer } from './embedded.js'
+import { principalMatcher, type InvalidationSelector } from './invalidation.js'
+
+export type { EmbeddedIssuer } from './embedded.js'
+export type { InvalidationSelector } from './invalidation.js'
 
 export interface JwtEntry {
   readonly principal: Principal
@@ -24,39 +27,11 @@ export interface JwtEntry {
   readonly counts: ValidationCounts
 }
 
-/** What to drop from the caches: one token (raw or by its hash), or every token of a jti, subject or client. */
-export interface InvalidationSelector {
-  token?: string
-  /** `tokenHash(token)`: base64url SHA-256, as stores of revoked tokens keep it. */
-  tokenHash?: string
-  jti?: string
-  sub?: string
-  client_id?: string
-  /** Every token of this issuer (a reconnect to the shared store may have missed revocations). */
-  issuer?: string
-}
-
 /**
  * A revocation check consulted on every request, cache hits included (the embedded authorization server
  * plugs its revocation list in here). True means revoked.
  */
 export type RevocationCheck = (principal: Principal, hashOfToken: string) => boolean
-
-/**
- * The embedded authorization server, trusted in-process (ARCHITECTURE "Authenticate"): its keys need no
- * HTTP round trip, its opaque tokens are looked up in its store, and its revocations apply at once.
- */
-export interface EmbeddedIssuer {
-  /** Its JWT policy, as for a configured issuer (issuer, audience, algorithms, require_typ). */
-  readonly policy: IssuerConfig
-  readonly getKey: JWTVerifyGetKey
-  /** Whether an opaque token is one of the embedded server's (by its prefix). */
-  ownsOpaque(token: string): boolean
-  /** The principal of a live opaque access token, or undefined. */
-  lookupOpaque(hashOfToken: string): Promise<Principal | undefined>
-  /** Its deny-list of revoked JWT access tokens. */
-  isRevoked(principal: Principal): boolean
-}
 
 export interface AuthenticatorOptions {
   issuers: readonly IssuerConfig[]
@@ -89,24 +64,12 @@ interface Attempt {
 
 const DEFAULT_MAX_ENTRIES = 100_000
 
-/**
- * The embedded server's token prefixes, reserved whether or not it runs in this process (issue 15): such a
- * token (a refresh token presented as a Bearer, another instance's token) is a secret of ours, never sent
- * to a third-party introspection endpoint. Authorization codes carry no prefix.
- */
-const EMBEDDED_TOKEN_PREFIXES = [OPAQUE_ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX, DEVICE_CODE_PREFIX] as const
-
-function hasEmbeddedPrefix(token: string): boolean {
-  for (let i = 0; i < EMBEDDED_TOKEN_PREFIXES.length; i++) if (token.startsWith(EMBEDDED_TOKEN_PREFIXES[i]!)) return true
-  return false
-}
-
 export class Authenticator {
   private readonly issuers = new Map<string, IssuerEntry>()
   private readonly introspecting: Introspecting[] = []
   private readonly jwtCache: TokenCache<JwtEntry> | undefined
   private readonly introspectionCache: TokenCache<IntrospectionEntry>
-  /** Distinguishes this issuer policy's JWT cache keys from any other's (STYLE: keyed on policy + token). */
+  /** Distinguishes this issuer policy's JWT cache keys from any other's: a verdict is keyed on the policy and the token. */
   private readonly policyTag: string
   private readonly isRevoked: RevocationCheck | undefined
   private readonly unknownJwt: ValidationCounts
@@ -135,7 +98,7 @@ export class Authenticator {
     for (const config of issuers) {
       const hasKeys = config.jwks_uri !== undefined || config.jwks_file !== undefined || config.discovery === true
       const introspection = config.introspection
-        ? { client: new IntrospectionClient(config, this.introspectionCache, now, log, metrics, kept), counts: countsOf(config.issuer, 'introspection') }
+        ? { client: new IntrospectionClient(config, { cache: this.introspectionCache, now, log, metrics, kept }), counts: countsOf(config.issuer, 'introspection') }
         : undefined
       if (introspection) this.introspecting.push(introspection)
       const jwt = hasKeys ? { verifier: new JwtIssuer(config, log, now, undefined, kept), counts: countsOf(config.issuer, 'jwt') } : undefined
@@ -167,7 +130,7 @@ export class Authenticator {
   /**
    * The JWT cache key of a token: this policy's tag and the token's hash. Made once per kept token (`memo`), not per
    * request: a string made per request is hashed and compared in full by each lookup, kept it is hashed once and
-   * found by identity (about 1 µs of a cache hit's CPU in a profile on node 20, issue 24).
+   * found by identity (about 1 µs of a cache hit's CPU in a profile on node 20).
    */
   private cacheKey(hashOfToken: string, memo: CacheKeyMemo | undefined): string {
     if (memo === undefined) return this.policyTag + hashOfToken
@@ -235,7 +198,7 @@ export class Authenticator {
       attempt.counts = this.embeddedCounts!
       const principal = await embedded.lookupOpaque(hashOfToken)
       if (!principal) throw new InvalidToken('inactive', undefined, 'inactive')
-      return this.withEmbeddedClaims(principal)
+      return withEmbeddedClaims(principal, this.options.keptClaims)
     }
     if (hasEmbeddedPrefix(token)) {
       if (!embedded) throw new InvalidToken('embedded_token_prefix', undefined, 'unknown_issuer')
@@ -249,20 +212,6 @@ export class Authenticator {
     return introspection.client.authenticate(token, hashOfToken)
   }
 
-  /**
-   * The embedded server's opaque tokens are rows, not claim sets: conditions and claim headers read the
-   * claims its JWTs would carry (iss, sub, client_id, scope, exp, jti, aud).
-   */
-  private withEmbeddedClaims(principal: Principal): Principal {
-    const kept = this.options.keptClaims
-    if (!kept?.length) return principal
-    const claims = keepClaims({
-      iss: principal.issuer, sub: principal.subject, client_id: principal.clientId, scope: principal.scopes.join(' '),
-      exp: principal.expiresAt, jti: principal.jti, aud: principal.audience,
-    }, kept)
-    return { ...principal, claims }
-  }
-
   /** Drops matching entries from both caches at once; returns how many were dropped. */
   invalidate(selector: InvalidationSelector): number {
     let count = 0
@@ -271,13 +220,8 @@ export class Authenticator {
       if (this.jwtCache?.delete(this.policyTag + hashOfToken)) count++
       for (const { client } of this.introspecting) if (this.introspectionCache.delete(client.cacheKey(hashOfToken))) count++
     }
-    const { jti, sub, client_id: clientId, issuer } = selector
-    if (jti === undefined && sub === undefined && clientId === undefined && issuer === undefined) return count
-    const matches = (principal: Principal) =>
-      (issuer !== undefined && principal.issuer === issuer) ||
-      (jti !== undefined && principal.jti === jti) ||
-      (sub !== undefined && principal.subject === sub) ||
-      (clientId !== undefined && principal.clientId === clientId)
+    const matches = principalMatcher(selector)
+    if (!matches) return count
     count += this.jwtCache?.deleteWhere((entry) => matches(entry.principal)) ?? 0
     count += this.introspectionCache.deleteWhere((entry) => entry.active && matches(entry.principal))
     return count

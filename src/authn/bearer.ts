@@ -68,7 +68,7 @@ type ConnectionWithBearer = { [LAST_BEARER]?: BearerToken | undefined }
  * Gives a connection its (empty) kept-Bearer slot as it is accepted, before node's HTTP code first handles the
  * socket (listener.ts). Made on the first request instead, the slot changed the socket's hidden class (V8's map)
  * in the middle of its life, and node's and undici's stream code, which handles every socket, then saw one more
- * shape of socket: about 1 to 1.5 % of a cache hit's CPU (issue 24).
+ * shape of socket: about 1 to 1.5 % of a cache hit's CPU.
  */
 export function giveBearerSlot(socket: object): void {
   (socket as ConnectionWithBearer)[LAST_BEARER] = undefined

@@ -46,6 +46,18 @@ function basicCredentials(clientId: string, secret: string): string {
   return 'Basic ' + Buffer.from(`${encode(clientId)}:${encode(secret)}`).toString('base64')
 }
 
+/** What an introspection client shares with the authenticator that owns it. */
+export interface IntrospectionClientOptions {
+  /** The authenticator's introspection cache, shared by every introspecting issuer (keys name the issuer). */
+  cache: TokenCache<IntrospectionEntry>
+  now: () => number
+  log: FastifyBaseLogger
+  /** Where calls are counted (portcullis_introspection_requests_total); none when absent. */
+  metrics?: Metrics
+  /** The top-level claims a principal keeps (what route conditions and claim headers read); none when absent. */
+  kept?: readonly string[]
+}
+
 export class IntrospectionClient {
   readonly issuer: string
   private readonly config: IntrospectionConfig
@@ -60,14 +72,19 @@ export class IntrospectionClient {
   private readonly record: IntrospectionRecorder
 
   private readonly claims: IssuerClaims
+  private readonly cache: TokenCache<IntrospectionEntry>
+  private readonly now: () => number
+  private readonly log: FastifyBaseLogger
+  private readonly kept: readonly string[]
 
-  /** `kept`: the top-level claims a principal keeps (what route conditions and claim headers read). */
-  constructor(issuer: IssuerConfig, private readonly cache: TokenCache<IntrospectionEntry>,
-    private readonly now: () => number, private readonly log: FastifyBaseLogger, metrics?: Metrics,
-    private readonly kept: readonly string[] = []) {
+  constructor(issuer: IssuerConfig, options: IntrospectionClientOptions) {
+    this.cache = options.cache
+    this.now = options.now
+    this.log = options.log
+    this.kept = options.kept ?? []
     this.issuer = issuer.issuer
     this.claims = issuerClaims(issuer)
-    this.record = metrics?.introspectionRecorder(issuer.issuer) ?? (() => undefined)
+    this.record = options.metrics?.introspectionRecorder(issuer.issuer) ?? (() => undefined)
     this.config = issuer.introspection!
     this.audience = issuer.audience
     // RFC 7662 §4: the cache key names the issuer too, so two issuers never share an answer.
@@ -122,7 +139,7 @@ export class IntrospectionClient {
     }
   }
 
-  /** One introspection call, in a CLIENT span when tracing is on (issue 22): the endpoint, never the token. */
+  /** One introspection call, in a CLIENT span when `tracing.enabled`: the endpoint, never the token. */
   private call(token: string): Promise<IntrospectionEntry> {
     return withClientSpan('POST', { 'http.request.method': 'POST', 'url.full': this.config.endpoint, 'portcullis.fetch': 'introspection' },
       (span) => this.callOnce(token, span))

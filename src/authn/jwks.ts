@@ -34,7 +34,7 @@ export class KeySetUnavailable extends Error {
 
 async function fetchJson(url: string, timeoutMs: number): Promise<unknown> {
   if (url.startsWith('file://')) return JSON.parse(await readFile(fileURLToPath(url), 'utf8'))
-  // Issue 22: a CLIENT span under the request that needed the keys (or a root, for a background refresh).
+  // With `tracing:` on, a CLIENT span under the request that needed the keys (or a root, for a background refresh).
   return withClientSpan('GET', { 'http.request.method': 'GET', 'url.full': url, 'portcullis.fetch': 'jwks' }, (span) => fetchJsonOnce(url, timeoutMs, span))
 }
 

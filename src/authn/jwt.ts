@@ -192,7 +192,7 @@ const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/
 /**
  * Any token of three segments (exactly two dots, whatever is between them) is a JWT: decoded, and refused
  * as malformed when it is not a signed compact JWS, never taken for an opaque token and introspected
- * (issue 15: `header.payload.`, alg none, went to a third party). Runs on every request: no regex.
+ * (an unsecured `header.payload.`, alg none, must never be sent to a third party's introspection endpoint). Runs on every request: no regex.
  */
 export function looksLikeJwt(token: string): boolean {
   const first = token.indexOf('.')

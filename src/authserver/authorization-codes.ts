@@ -1,23 +1,24 @@
 /**
- * Authorization codes (checklist A-12, A-13, G-09): 256 random bits handed to /authorize, kept in the
+ * Authorization codes (RFC 6749 §4.1.2, §10.10): 256 random bits handed to /authorize, kept in the
  * store only as their SHA-256 with everything the code is bound to, for 60 seconds by default
- * (`authorization_code.ttl`, A-13: node-oidc-provider's and Keycloak's default). Redemption is
+ * (`authorization_code.ttl`: node-oidc-provider's and Keycloak's default; RFC 6749 §4.1.2 recommends
+ * 10 minutes at most). Redemption is
  * grants/authorization-code.ts; this file owns how a code and its replay bookkeeping are stored.
  */
 import { tokenHash } from '../authn/token-cache.js'
 import { InvalidRequest, InvalidScope, UnauthorizedClient } from '../errors/oauth-errors.js'
-import type { RegisteredClient } from './clients.js'
+import type { RegisteredClient } from './registered-client.js'
 import type { AuthServerContext } from './context.js'
 import { challengeIsWellFormed } from './pkce.js'
 import { requestedResources } from './resource.js'
-import { randomToken } from './tokens.js'
+import { randomToken } from './random.js'
 
-/** What a code is bound to (A-12): stored under the code's hash, never beside the code itself. */
+/** What a code is bound to (RFC 6749 §4.1.2): stored under the code's hash, never beside the code itself. */
 export interface AuthorizationCodeRecord {
   readonly clientId: string
   /** The redirect_uri the authorization response went to: as sent, or the client's only registered one. */
   readonly redirectUri: string
-  /** Whether the authorization request carried redirect_uri; the token request must then repeat it (AC-05). */
+  /** Whether the authorization request carried redirect_uri; the token request must then repeat it (RFC 6749 §4.1.3). */
   readonly redirectUriWasSent: boolean
   readonly scope: readonly string[]
   /**
@@ -28,7 +29,7 @@ export interface AuthorizationCodeRecord {
   readonly sub: string
   /** Seconds since the epoch: when the user authenticated. */
   readonly authTime: number
-  /** For the ID token (ID-03), exactly as the request sent it. */
+  /** For the ID token (OIDC Core §3.1.3.7), exactly as the request sent it. */
   readonly nonce?: string
   readonly codeChallenge?: string
   readonly codeChallengeMethod?: 'S256'
@@ -46,7 +47,8 @@ export type IssueAuthorizationCode = Omit<AuthorizationCodeRecord, 'clientId' | 
 
 /**
  * Mints a code for a request /authorize has already validated and the user has approved, and returns it.
- * As a last line of defence it refuses what /authorize should already have refused (A-08, PK-01, PK-06):
+ * As a last line of defence it refuses what /authorize should already have refused (a client not
+ * registered for the code flow, a scope outside its own, PKCE missing or not S256):
  * the errors are the ones /authorize redirects with.
  */
 export async function issueAuthorizationCode(ctx: AuthServerContext, request: IssueAuthorizationCode): Promise<string> {
@@ -83,7 +85,7 @@ export async function issueAuthorizationCode(ctx: AuthServerContext, request: Is
   return code
 }
 
-/** The store id of a code: its SHA-256, so a copy of the store redeems nothing (G-10). */
+/** The store id of a code: its SHA-256, so a copy of the store redeems nothing, and lookups leak nothing through timing. */
 export function codeId(code: string): string {
   return tokenHash(code)
 }
@@ -94,7 +96,7 @@ export async function findAuthorizationCode(ctx: AuthServerContext, id: string)
   return await ctx.store.find('authorization_code', id) as (AuthorizationCodeRecord & { consumedAt?: number }) | undefined
 }
 
-// Replay bookkeeping (AC-06). Upserting the code record again would clear its consumed mark, so what
+// Replay bookkeeping (RFC 6749 §4.1.2: a code used twice revokes its grant). Upserting the code record again would clear its consumed mark, so what
 // redemption learns is kept beside it, under ids no SHA-256 in base64url can take ('.' is not in its
 // alphabet), for as long as the code itself could still be presented.
 const grantLinkId = (id: string) => `${id}.grant`

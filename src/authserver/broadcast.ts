@@ -1,5 +1,5 @@
 /**
- * Revocation broadcast between instances sharing one Redis (issue 7 item 3): every revocation an
+ * Revocation broadcast between instances sharing one Redis: every revocation an
  * instance makes is published on a channel; every other instance applies it to its deny-list and its
  * gateway caches as it arrives (well within a second).
  *

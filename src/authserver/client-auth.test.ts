@@ -10,7 +10,7 @@ import type { AuthServerContext } from './context.js'
 import { resolveSettings } from './settings.js'
 import { createThrottle } from './throttle.js'
 
-/** RFC 6749 App. B form encoding, as strict clients do it (o4w formUrlEncode encodes even -_.!~*'()). */
+/** RFC 6749 App. B form encoding, as strict clients do it (oauth4webapi's formUrlEncode encodes even -_.!~*'()). */
 function formEncode(value: string): string {
   return encodeURIComponent(value).replace(/%20/g, '+').replace(/[!'()*~._-]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
 }
@@ -43,59 +43,59 @@ async function rejection(promise: Promise<unknown>): Promise<GatewayError> {
   throw new Error('expected a rejection')
 }
 
-describe('decodeBasicCredentials (TV-4)', () => {
-  it('TV-4 a: RFC 6749 §4.1.3 header decodes to s6BhdRkqt3 / gX1fBat3bV', () => {
+describe('decodeBasicCredentials (RFC 6749 §2.3.1, App. B)', () => {
+  it('the header of RFC 6749 §4.1.3 decodes to s6BhdRkqt3 / gX1fBat3bV', () => {
     expect(decodeBasicCredentials('Basic czZCaGRSa3F0MzpnWDFmQmF0M2JW')).toEqual({ clientId: 's6BhdRkqt3', clientSecret: 'gX1fBat3bV' })
   })
 
-  it('TV-4 b: RFC 6749 §2.3.1 header decodes to s6BhdRkqt3 / 7Fjfp0ZBr1KtDRbnfVdmIw', () => {
+  it('the header of RFC 6749 §2.3.1 decodes to s6BhdRkqt3 / 7Fjfp0ZBr1KtDRbnfVdmIw', () => {
     expect(decodeBasicCredentials('Basic czZCaGRSa3F0Mzo3RmpmcDBaQnIxS3REUmJuZlZkbUl3'))
       .toEqual({ clientId: 's6BhdRkqt3', clientSecret: '7Fjfp0ZBr1KtDRbnfVdmIw' })
   })
 
-  it('TV-4 c: appendix-B characters " %&+" round-trip in both parts', () => {
+  it('RFC 6749 App. B characters " %&+" round-trip in both parts', () => {
     expect(basic(' %&+', ' %&+')).toBe('Basic KyUyNSUyNiUyQjorJTI1JTI2JTJC')
     expect(decodeBasicCredentials('Basic KyUyNSUyNiUyQjorJTI1JTI2JTJC')).toEqual({ clientId: ' %&+', clientSecret: ' %&+' })
   })
 
-  it('TV-4 d: a ":" inside the encoded client_id does not split it', () => {
+  it('a ":" inside the encoded client_id does not split it', () => {
     const header = 'Basic YW4lM0FpZGVudGlmaWVyOnNvbWUrc2VjdXJlKyUyNitub24lMkRzdGFuZGFyZCtzZWNyZXQ='
     expect(basic('an:identifier', 'some secure & non-standard secret')).toBe(header)
     expect(decodeBasicCredentials(header)).toEqual({ clientId: 'an:identifier', clientSecret: 'some secure & non-standard secret' })
   })
 
-  it('TV-4 e: AppAuth #337 credentials with /, +, = and : decode exactly', () => {
+  it('credentials with /, +, = and : (the AppAuth-Android example) decode exactly', () => {
     const header = 'Basic MVBwRyUyRlErMTp6JTJGdFo5VndGWnFBcG1JUSUyQlpIMUk1cExrJTJGdUI0dWQlM0FYMiUyRjhiTCUyQndmRlR0MXJGdyUzRA=='
     expect(basic('1PpG/Q 1', 'z/tZ9VwFZqApmIQ+ZH1I5pLk/uB4ud:X2/8bL+wfFTt1rFw=')).toBe(header)
     expect(decodeBasicCredentials(header)).toEqual({ clientId: '1PpG/Q 1', clientSecret: 'z/tZ9VwFZqApmIQ+ZH1I5pLk/uB4ud:X2/8bL+wfFTt1rFw=' })
   })
 
-  it('TV-4 f / CA-02 an improperly encoded %-sequence → 400 invalid_request', () => {
+  it('an improperly encoded %-sequence → 400 invalid_request', () => {
     const error = refusal(() => decodeBasicCredentials('Basic ' + Buffer.from('foo with %:foo with $').toString('base64')))
     expect(error).toBeInstanceOf(InvalidRequest)
     expect(error.status).toBe(400)
     expect(error.code).toBe('invalid_request')
   })
 
-  it('CA-01 splits at the first ":" of the decoded value; later ones belong to the secret', () => {
+  it('splits at the first ":" of the decoded value; later ones belong to the secret', () => {
     expect(decodeBasicCredentials(basicRaw('client:se:cr:et'))).toEqual({ clientId: 'client', clientSecret: 'se:cr:et' })
   })
 
-  it('CA-01 a raw "+" decodes to a space, %2B to a plus, and %XX octets as UTF-8', () => {
+  it('a raw "+" decodes to a space, %2B to a plus, and %XX octets as UTF-8', () => {
     expect(decodeBasicCredentials(basicRaw('id:Abc123++%2B%C2%A3%E2%82%AC'))).toEqual({ clientId: 'id', clientSecret: 'Abc123  +£€' })
   })
 
-  it('CA-01 an empty secret is an empty string, not a missing one', () => {
+  it('an empty secret is an empty string, not a missing one', () => {
     expect(decodeBasicCredentials(basicRaw('id:'))).toEqual({ clientId: 'id', clientSecret: '' })
   })
 
-  it('CA-02 the scheme name is matched case-insensitively', () => {
+  it('the scheme name is matched case-insensitively (RFC 7235 §2.1)', () => {
     for (const scheme of ['basic', 'BASIC', 'bAsIc']) {
       expect(decodeBasicCredentials(`${scheme} czZCaGRSa3F0MzpnWDFmQmF0M2JW`).clientId).toBe('s6BhdRkqt3')
     }
   })
 
-  it('CA-02 unpadded base64 is accepted', () => {
+  it('unpadded base64 is accepted', () => {
     expect(decodeBasicCredentials('Basic ' + Buffer.from('a:bc').toString('base64').replace(/=+$/, ''))).toEqual({ clientId: 'a', clientSecret: 'bc' })
   })
 
@@ -110,7 +110,7 @@ describe('decodeBasicCredentials (TV-4)', () => {
     ['no credentials after the scheme', 'Basic'],
     ['another scheme', 'Bearer czZCaGRSa3F0MzpnWDFmQmF0M2JW'],
     ['two tokens', 'Basic czZC aGRS'],
-  ])('CA-02 %s → 400 invalid_request', (_name, header) => {
+  ])('%s → 400 invalid_request', (_name, header) => {
     const error = refusal(() => decodeBasicCredentials(header))
     expect(error).toBeInstanceOf(InvalidRequest)
     expect(error.code).toBe('invalid_request')
@@ -142,43 +142,43 @@ describe('authenticateClient', async () => {
   const clients = [confidentialBasic, confidentialPost, publicClient, oddClient,
     { client_id: 'hashed', client_secret_hash: await hashSecret(SECRET), grant_types: ['client_credentials'], scopes: [] } satisfies ClientConfig]
 
-  it('CA-01 client_secret_basic with form-encoded credentials (TV-4 d) authenticates', async () => {
+  it('client_secret_basic with form-encoded credentials (a ":" in the client_id) authenticates', async () => {
     const ctx = await contextWith(clients)
     const client = await authenticateClient(request(basic('an:identifier', 'some secure & non-standard secret')), form(), ctx)
     expect(client.clientId).toBe('an:identifier')
   })
 
-  it('CA-03 client_secret_post with client_id and client_secret in the body authenticates', async () => {
+  it('client_secret_post with client_id and client_secret in the body authenticates', async () => {
     const ctx = await contextWith(clients)
     const client = await authenticateClient(request(), form({ client_id: 'conf-post', client_secret: SECRET }), ctx)
     expect(client.clientId).toBe('conf-post')
   })
 
-  it('CA-04 a client registered for basic may use post, and one registered for post may use basic', async () => {
+  it('a client registered for basic may use post, and one registered for post may use basic', async () => {
     const ctx = await contextWith(clients)
     expect((await authenticateClient(request(), form({ client_id: 'conf-basic', client_secret: SECRET }), ctx)).clientId).toBe('conf-basic')
     expect((await authenticateClient(request(basic('conf-post', SECRET)), form(), ctx)).clientId).toBe('conf-post')
   })
 
-  it('CA-05 two authentication mechanisms in one request → 400 invalid_request', async () => {
+  it('two authentication mechanisms in one request → 400 invalid_request (RFC 6749 §2.3)', async () => {
     const ctx = await contextWith(clients)
     const error = await rejection(authenticateClient(request(basic('conf-basic', SECRET)), form({ client_id: 'conf-basic', client_secret: SECRET }), ctx))
     expect(error).toBeInstanceOf(InvalidRequest)
     expect(error.status).toBe(400)
   })
 
-  it('CA-05 a body client_id that differs from the Basic client_id → 400 invalid_request', async () => {
+  it('a body client_id that differs from the Basic client_id → 400 invalid_request', async () => {
     const ctx = await contextWith(clients)
     const error = await rejection(authenticateClient(request(basic('conf-basic', SECRET)), form({ client_id: 'conf-post' }), ctx))
     expect(error).toBeInstanceOf(InvalidRequest)
   })
 
-  it('CA-05 a body client_id equal to the Basic client_id is allowed', async () => {
+  it('a body client_id equal to the Basic client_id is allowed', async () => {
     const ctx = await contextWith(clients)
     expect((await authenticateClient(request(basic('conf-basic', SECRET)), form({ client_id: 'conf-basic' }), ctx)).clientId).toBe('conf-basic')
   })
 
-  it('CA-06 an unknown client → 401 invalid_client, flagged when the header was used', async () => {
+  it('an unknown client → 401 invalid_client, flagged when the header was used', async () => {
     const ctx = await contextWith(clients)
     const viaHeader = await rejection(authenticateClient(request(basic('nobody', SECRET)), form(), ctx))
     expect(viaHeader).toBeInstanceOf(InvalidClient)
@@ -188,7 +188,7 @@ describe('authenticateClient', async () => {
     expect((viaBody as InvalidClient).usedAuthorizationHeader).toBe(false)
   })
 
-  it('CA-06 a wrong secret → 401 invalid_client, plain and hashed alike', async () => {
+  it('a wrong secret → 401 invalid_client, plain and hashed alike', async () => {
     const ctx = await contextWith(clients)
     for (const clientId of ['conf-basic', 'hashed']) {
       const error = await rejection(authenticateClient(request(basic(clientId, SECRET + 'x')), form(), ctx))
@@ -197,19 +197,19 @@ describe('authenticateClient', async () => {
     expect((await authenticateClient(request(basic('hashed', SECRET)), form(), ctx)).clientId).toBe('hashed')
   })
 
-  it('CA-06 a confidential client with no credentials → 401 invalid_client', async () => {
+  it('a confidential client with no credentials → 401 invalid_client', async () => {
     const ctx = await contextWith(clients)
     const error = await rejection(authenticateClient(request(), form({ client_id: 'conf-basic' }), ctx))
     expect(error).toBeInstanceOf(InvalidClient)
     expect((error as InvalidClient).usedAuthorizationHeader).toBe(false)
   })
 
-  it('CA-06 no client identification at all → 401 invalid_client', async () => {
+  it('no client identification at all → 401 invalid_client', async () => {
     const ctx = await contextWith(clients)
     expect(await rejection(authenticateClient(request(), form({ grant_type: 'client_credentials' }), ctx))).toBeInstanceOf(InvalidClient)
   })
 
-  it('CA-06 a none client that sends a secret, in the body or by Basic → 401 invalid_client', async () => {
+  it('a none client that sends a secret, in the body or by Basic → 401 invalid_client', async () => {
     const ctx = await contextWith(clients)
     expect(await rejection(authenticateClient(request(), form({ client_id: 'spa', client_secret: SECRET }), ctx))).toBeInstanceOf(InvalidClient)
     const viaHeader = await rejection(authenticateClient(request(basic('spa', '')), form(), ctx))
@@ -217,7 +217,7 @@ describe('authenticateClient', async () => {
     expect((viaHeader as InvalidClient).usedAuthorizationHeader).toBe(true)
   })
 
-  it('CA-07 a public client identifies itself with client_id only', async () => {
+  it('a public client identifies itself with client_id only', async () => {
     const ctx = await contextWith(clients)
     const client = await authenticateClient(request(), form({ client_id: 'spa' }), ctx)
     expect(client.clientId).toBe('spa')
@@ -231,7 +231,7 @@ describe('authenticateClient', async () => {
     expect(await rejection(authenticateClient(request(), form({ ...assertion, client_secret: SECRET }), ctx))).toBeInstanceOf(InvalidRequest)
   })
 
-  it('CA-09 after N failures for a client_id, even the right secret gets 429 with a Retry-After', async () => {
+  it('brute force: after N failures for a client_id, even the right secret gets 429 with a Retry-After', async () => {
     const ctx = await contextWith(clients)
     for (let attempt = 0; attempt < 3; attempt++) {
       expect(await rejection(authenticateClient(request(basic('conf-basic', 'wrong'), `192.0.2.${attempt + 10}`), form(), ctx))).toBeInstanceOf(InvalidClient)
@@ -246,7 +246,7 @@ describe('authenticateClient', async () => {
     expect((await authenticateClient(request(basic('conf-post', SECRET), '192.0.2.99'), form(), ctx)).clientId).toBe('conf-post')
   })
 
-  it('CA-09 after N failures from one address, every client authenticating from it gets 429', async () => {
+  it('brute force: after N failures from one address, every client authenticating from it gets 429', async () => {
     const ctx = await contextWith(clients, { failures_per_client: 100, failures_per_ip: 4, window: '1m' })
     const ip = '198.51.100.7'
     // Malformed headers, unknown clients, public clients with secrets and missing secrets all count against the address.
@@ -261,7 +261,7 @@ describe('authenticateClient', async () => {
     expect((await authenticateClient(request(basic('conf-post', SECRET), '198.51.100.8'), form(), ctx)).clientId).toBe('conf-post')
   })
 
-  it('CA-09 a throttled client is refused before its secret is verified', async () => {
+  it('a throttled client is refused before its secret is verified', async () => {
     const settings = resolveSettings({ enabled: true, issuer: 'https://as.example', clients: [confidentialBasic], throttling: { failures_per_client: 1 } })
     const registry = new ClientRegistry([confidentialBasic])
     let verifications = 0
@@ -280,7 +280,7 @@ describe('authenticateClient', async () => {
     expect(verifications).toBe(1)
   })
 
-  it('issue 16: of 20 wrong hashed secrets sent at once, failures_per_client are verified and the rest refused; then the right one is refused too', async () => {
+  it('parallel guessing: of 20 wrong hashed secrets sent at once, failures_per_client are verified and the rest refused; then the right one is refused too', async () => {
     const hashed: ClientConfig = { client_id: 'hashed', client_secret_hash: await hashSecret(SECRET), grant_types: ['client_credentials'], scopes: [] }
     const ctx = await contextWith([hashed], { failures_per_client: 3, failures_per_ip: 1000, window: '1m' })
     const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => rejection(authenticateClient(request(basic('hashed', `wrong-${i}`)), form(), ctx))))

@@ -1,13 +1,14 @@
 /**
- * Client authentication at the back-channel endpoints (checklist §1): client_secret_basic,
+ * Client authentication at the back-channel endpoints (RFC 6749 §2.3): client_secret_basic,
  * client_secret_post, or `none` for public clients, which only identify themselves. Secrets are compared
- * only through RegisteredClient.verifySecret (constant time, G-10); failures are throttled (CA-09), each
- * attempt counted before it is verified (issue 16).
+ * only through RegisteredClient.verifySecret (constant time); failures are throttled (RFC 6749 §2.3.1: the
+ * endpoint must be protected against brute force), each attempt counted before it is verified, so that
+ * guesses sent in parallel see each other.
  */
 import type { FastifyRequest } from 'fastify'
 import type { AuditEvents } from '../audit/audit.js'
 import { InvalidClient, InvalidRequest } from '../errors/oauth-errors.js'
-import type { ClientAuthMethod, RegisteredClient } from './clients.js'
+import type { ClientAuthMethod, RegisteredClient } from './registered-client.js'
 import type { AuthServerContext } from './context.js'
 import type { Form } from './http.js'
 import { verifyThrottled } from './throttle.js'
@@ -28,7 +29,7 @@ interface PresentedCredentials {
 const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
-/** RFC 6749 App. B: `+` is a space, then %XX octets as UTF-8; a bad %-sequence is malformed (CA-02). */
+/** RFC 6749 App. B: `+` is a space, then %XX octets as UTF-8; a bad %-sequence is malformed (invalid_request). */
 function formDecode(part: string): string {
   try {
     return decodeURIComponent(part.replace(/\+/g, ' '))
@@ -38,7 +39,7 @@ function formDecode(part: string): string {
 }
 
 /**
- * The client_id and secret of an `Authorization: Basic` header (CA-01, CA-02): base64, split at the
+ * The client_id and secret of an `Authorization: Basic` header (RFC 6749 §2.3.1, RFC 7617 §2): base64, split at the
  * first `:`, each part form-decoded. Malformed base64, no `:` or a bad %-sequence → 400 invalid_request.
  */
 export function decodeBasicCredentials(header: string): BasicCredentials {
@@ -62,7 +63,7 @@ export function decodeBasicCredentials(header: string): BasicCredentials {
   return { clientId: formDecode(decoded.slice(0, colon)), clientSecret: formDecode(decoded.slice(colon + 1)) }
 }
 
-/** Which mechanism the request used, and with what; two at once is invalid_request (CA-05). */
+/** Which mechanism the request used, and with what; two at once is invalid_request (RFC 6749 §2.3: one method per request). */
 function presentedCredentials(header: string | undefined, form: Form): PresentedCredentials {
   const bodyId = form.get('client_id')
   const bodySecret = form.get('client_secret')
@@ -95,20 +96,20 @@ interface Refusal {
 async function verifyClient(presented: PresentedCredentials, ctx: AuthServerContext): Promise<RegisteredClient | Refusal> {
   const { clientId, clientSecret, usedAuthorizationHeader: header } = presented
   const refuse = (reason: FailureReason, detail: string, challenge = header): Refusal => ({ reason, error: new InvalidClient(challenge, detail) })
-  // The YAML's clients, then registrations in the store (issue 19): an unknown id reads the store as a registered one does.
+  // The YAML's clients, then RFC 7591 registrations in the store: an unknown id reads the store as a registered one does.
   const client = await ctx.clients.lookup(clientId)
   if (!client) {
-    // Issue 16: one scrypt, as a wrong secret of a known client costs, so timing does not list the client_ids.
+    // One scrypt, as a wrong secret of a known client costs, so timing does not list the client_ids.
     if (clientSecret !== undefined) await ctx.clients.verifyUnknown(clientSecret)
     return refuse('unknown_client', `unknown client ${JSON.stringify(clientId.slice(0, 64))}`)
   }
   if (!client.confidential) {
-    // CA-06/CA-07: a public client only names itself; a secret (Basic, even an empty one) is refused.
+    // RFC 6749 §2.1, §5.2: a public client only names itself; a secret (Basic, even an empty one) is invalid_client.
     if (presented.method !== 'none') return refuse('public_client_sent_secret', `public client ${clientId} sent a secret`)
     return client
   }
   if (clientSecret === undefined) return refuse('no_secret', `confidential client ${clientId} sent no secret`, false)
-  // CA-04: basic and post are both accepted whichever one the client registered.
+  // Basic and post are both accepted whichever one the client registered (openid-client sends post by default).
   if (!(await client.verifySecret(clientSecret))) return refuse('wrong_secret', `wrong secret for client ${clientId}`)
   return client
 }
@@ -116,7 +117,7 @@ async function verifyClient(presented: PresentedCredentials, ctx: AuthServerCont
 /**
  * The client behind this request, authenticated (confidential) or identified (public). Throws 400
  * invalid_request for malformed or doubled credentials, 401 invalid_client when authentication fails,
- * 429 once the client_id or the source address has failed too often (CA-09).
+ * 429 once the client_id or the source address has failed too often (`throttling`, RFC 6749 §2.3.1).
  */
 export async function authenticateClient(request: FastifyRequest, form: Form, ctx: AuthServerContext): Promise<RegisteredClient> {
   const ipKey = `ip:${request.ip}`
@@ -135,7 +136,7 @@ export async function authenticateClient(request: FastifyRequest, form: Form, ct
     audit(!(error instanceof InvalidClient) ? 'malformed_credentials' : assertion ? 'unsupported_method' : 'no_client_id')
     throw error
   }
-  // Issue 16: counted before the secret is verified, so parallel guesses get no more verifications than the
+  // Counted before the secret is verified, so parallel guesses get no more verifications than the
   // allowance; given back when it verifies (only this attempt's points: no success clears earlier failures).
   const verified = await verifyThrottled(ctx.throttle, [`client:${presented.clientId}`, ipKey],
     () => verifyClient(presented, ctx), (outcome) => !('reason' in outcome))

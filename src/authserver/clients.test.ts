@@ -3,7 +3,7 @@ import { hashSecret } from '../crypto/secret-hash.js'
 import { ClientRegistry } from './clients.js'
 
 describe('ClientRegistry secrets', () => {
-  it('G-10 verifies a hashed secret (constant-time compare), keeps verifying it, and still refuses a wrong one after a success', async () => {
+  it('verifies a hashed secret (constant-time compare), keeps verifying it, and still refuses a wrong one after a success', async () => {
     const registry = new ClientRegistry([{
       client_id: 'svc', client_secret_hash: await hashSecret('right-secret-0123456789'), grant_types: ['client_credentials'], scopes: [],
     }])

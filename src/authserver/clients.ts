@@ -1,53 +1,18 @@
 /**
- * Registered clients: from the YAML, and (issue 19) from RFC 7591 registrations in the store. Looked up by
+ * Registered clients: from the YAML, and from RFC 7591 registrations in the store. Looked up by
  * client_id, the YAML first; secrets only ever compared in constant time.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
-import type { ClientConfig, GrantType } from '../config/schema.js'
+import type { ClientConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { hashSecret, verifySecret } from '../crypto/secret-hash.js'
-import type { SigningAlgorithm } from './context.js'
 import type { ClientMetadata } from './registration/policy.js'
-
-export type ClientAuthMethod = 'client_secret_basic' | 'client_secret_post' | 'none'
-
-export interface RegisteredClient {
-  readonly clientId: string
-  readonly name: string
-  readonly authMethod: ClientAuthMethod
-  readonly confidential: boolean
-  readonly grantTypes: ReadonlySet<GrantType>
-  readonly scopes: ReadonlySet<string>
-  readonly redirectUris: readonly string[]
-  readonly requireState: boolean
-  readonly requirePkce: boolean
-  readonly firstParty: boolean
-  /** `refresh_token_reuse_grace` in ms: this client's own reuse grace, over the server's (settings.ts). */
-  readonly refreshReuseGraceMs?: number
-  /** `id_token_signed_response_alg`: RS256 when omitted (OIDC Registration §2), as strict clients assume. */
-  readonly idTokenAlg: SigningAlgorithm
-  /** `dpop_bound_access_tokens` (RFC 9449 §5.2): every token request must carry a DPoP proof. */
-  readonly dpopBoundAccessTokens: boolean
-  /** Compares a presented secret with the registered one (plain from ${ENV}, or an scrypt hash). */
-  verifySecret(secret: string): Promise<boolean>
-  /** Set for a client that registered itself (RFC 7591): its name is its own claim, never verified. */
-  readonly dynamic?: {
-    /** Records that the client was used (it then outlives `registration.unused_expiry`); once, then a no-op. */
-    recordUse(): Promise<void>
-  }
-  /** Set for a client described by its Client ID Metadata Document: identified by the document's host, nothing more. */
-  readonly metadataDocument?: { readonly host: string }
-}
-
-/** Where dynamically registered clients come from (registration/registrations.ts), and metadata documents (client-metadata/). */
-export interface DynamicClientSource {
-  client(clientId: string): Promise<RegisteredClient | undefined>
-}
+import type { DynamicClientSource, RegisteredClient } from './registered-client.js'
 
 const sha256 = (value: string) => createHash('sha256').update(value).digest()
 
-/** G-10: equal-length digests so neither content nor length leaks through timing. */
+/** Constant time: equal-length digests so neither content nor length leaks through timing. */
 function constantTimeEqual(a: string, b: string): boolean {
   return timingSafeEqual(sha256(a), sha256(b))
 }
@@ -56,7 +21,7 @@ let decoy: Promise<string> | undefined
 /**
  * The hash of a random secret, made on first use: a failure with no hash of its own to check (an unknown
  * client_id, a wrong plain secret) verifies against it, so that every failure costs one scrypt and timing
- * tells no client_id from another (issue 16: 2.4 ms against 79 ms told which ones exist).
+ * tells no client_id from another (without it, 2.4 ms against 79 ms told which ones exist).
  */
 function decoyHash(): Promise<string> {
   return (decoy ??= hashSecret(randomBytes(32).toString('base64url')))
@@ -120,7 +85,7 @@ export function dynamicClient(clientId: string, metadata: ClientMetadata, secret
     scopes: new Set(metadata.scope === '' ? [] : metadata.scope.split(' ')),
     redirectUris: metadata.redirect_uris,
     requireState: true,
-    // PKCE S256 for every registered client, confidential ones included (PK-06 with no opt-out).
+    // PKCE S256 for every registered client, confidential ones included (OAuth 2.1 §4.1.1, with no opt-out).
     requirePkce: true,
     firstParty: false,
     idTokenAlg: metadata.id_token_signed_response_alg ?? 'RS256',

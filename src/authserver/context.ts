@@ -1,7 +1,5 @@
 /** Everything an endpoint or grant of the embedded server needs, built once by createAuthServer. */
-import type { KeyObject } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
-import type { JSONWebKeySet, JWTVerifyGetKey } from 'jose'
 import type { AuditLog } from '../audit/audit.js'
 import type { ReplayCache } from '../dpop/replay.js'
 import type { Metrics } from '../metrics/metrics.js'
@@ -11,35 +9,18 @@ import type { StorageAdapter } from './storage/adapter.js'
 import type { UserDirectory } from './users.js'
 import type { TokenService } from './tokens.js'
 import type { RevocationList } from './revocations.js'
+import type { SigningKeys } from './keys/signing-keys.js'
 
+/** Re-exported for the test suites that import it from here; the type lives in common/token-formats.ts. */
 export type { SigningAlgorithm } from '../common/token-formats.js'
-import type { SigningAlgorithm } from '../common/token-formats.js'
-
-export interface ActiveSigningKey {
-  readonly kid: string
-  readonly alg: SigningAlgorithm
-  /** node:crypto's form of the private key, for crypto/jws.ts. */
-  readonly privateKey: KeyObject
-}
-
-/** The server's own keys (src/authserver/keys.ts): generated on first start, kept in the store. */
-export interface SigningKeys {
-  /** The key new tokens of this algorithm are signed with now (throws if there is none). */
-  current(alg: SigningAlgorithm): ActiveSigningKey
-  /** The published keys, public members only (checklist JW-02/03). */
-  jwks(): JSONWebKeySet
-  /** jose key resolver over the published keys: the gateway verifies embedded tokens with it, in-process. */
-  readonly getKey: JWTVerifyGetKey
-  close(): void
-}
 
 /**
- * Brute-force protection (checklist CA-09, PW-04, DV-04): failures counted per key in a window. Keys look
+ * Brute-force protection (RFC 6749 §2.3.1, §4.3.2; RFC 8628 §5.1): failures counted per key in a window. Keys look
  * like `client:<id>`, `ip:<address>`, `user:<name>`, `session:<id>`.
  */
 export interface Throttle {
   /**
-   * Counts one attempt on every key, atomically, before the attempt is evaluated (issue 16: parallel
+   * Counts one attempt on every key, atomically, before the attempt is evaluated (so parallel
    * guesses see each other). Throws TooManyAttempts (429 + Retry-After), counting nothing, when a key has
    * no attempt left in its window: failures so far plus attempts in flight.
    */
@@ -63,7 +44,7 @@ export interface AuthServerContext {
   readonly tokens: TokenService
   readonly revocations: RevocationList
   readonly throttle: Throttle
-  /** DV-04: wrong user codes on the /device page, per browser session and per address. */
+  /** RFC 8628 §5.1: wrong user codes on the /device page, per browser session and per address. */
   readonly userCodeThrottle: Throttle
   /** Interactions started per address (INTERACTION_LIMITS): keeps anonymous requests from filling the store. */
   readonly interactionThrottle: Throttle

@@ -18,12 +18,12 @@ function context() {
 
 const ALICE = { sub: 'alice', authTime: 1_700_000_000 }
 
-describe('generateUserCode (DA-03)', () => {
-  it('DA-03 draws 8 base-20 characters shown as XXXX-XXXX', () => {
+describe('generateUserCode (RFC 8628 §6.1)', () => {
+  it('draws 8 base-20 characters shown as XXXX-XXXX', () => {
     for (let i = 0; i < 1000; i++) expect(generateUserCode()).toMatch(USER_CODE)
   })
 
-  it('DA-03 uses every character equally often: no modulo bias from 256 % 20', () => {
+  it('uses every character equally often: no modulo bias from 256 % 20', () => {
     // 800,000 characters: 40,000 expected each, σ ≈ 195. `byte % 20` without rejection would put 4 of the
     // characters 6% (2,500) below the rest; the bound of 2.5% (1,000, about 5σ) catches that.
     const counts = new Map<string, number>()
@@ -35,22 +35,22 @@ describe('generateUserCode (DA-03)', () => {
   })
 })
 
-describe('normalizeUserCode (DV-02)', () => {
-  it('DV-02 ignores case, dashes, spaces and punctuation', () => {
+describe('normalizeUserCode (RFC 8628 §6.1)', () => {
+  it('ignores case, dashes, spaces and punctuation', () => {
     for (const input of ['WDJB-MJHT', 'wdjb-mjht', 'wdjb mjht', 'WDJBMJHT', ' wdjb–mjht ', 'W.D.J.B/M_J_H_T', 'wDjB\tmJhT\n']) {
       expect(normalizeUserCode(input), input).toBe('WDJB-MJHT')
     }
   })
 
-  it('DV-02 answers undefined for what cannot be a user code', () => {
+  it('answers undefined for what cannot be a user code', () => {
     for (const input of ['', 'WDJB-MJH', 'WDJB-MJHTX', 'WDJA-MJHT', 'WDJB-MJH1', 'WDJB-MJHŤ', 'WDJB-MJHſ', 'WDJB-MJH\u212a', 'B'.repeat(65)]) {
       expect(normalizeUserCode(input), input).toBeUndefined()
     }
   })
 })
 
-describe('approveDeviceCode and denyDeviceCode (DV-03, DV-05)', () => {
-  it('DV-05 an approval takes any DV-02 spelling, and the grant then sees approved with sub and auth_time', async () => {
+describe('approveDeviceCode and denyDeviceCode', () => {
+  it('an approval takes any spelling normalizeUserCode accepts, and the grant then sees approved with sub and auth_time', async () => {
     const { ctx } = context()
     const issued = await createDeviceCode(ctx, 'tv', ['orders:read'])
     expect(await findUserCode(ctx, issued.userCode.toLowerCase())).toEqual({ userCode: issued.userCode, clientId: 'tv', scope: ['orders:read'] })
@@ -60,7 +60,7 @@ describe('approveDeviceCode and denyDeviceCode (DV-03, DV-05)', () => {
     })
   })
 
-  it('DV-05 a user code works once: after an approval or a denial, neither applies again', async () => {
+  it('a user code works once: after an approval or a denial, neither applies again', async () => {
     const { ctx } = context()
     const approved = await createDeviceCode(ctx, 'tv', [])
     expect(await approveDeviceCode(ctx, approved.userCode, ALICE)).toBe(true)
@@ -75,7 +75,7 @@ describe('approveDeviceCode and denyDeviceCode (DV-03, DV-05)', () => {
     expect((await findDeviceCode(ctx, denied.deviceCode))?.status).toBe('denied')
   })
 
-  it('DV-05 of an approval and a denial racing on one code, exactly one applies', async () => {
+  it('of an approval and a denial racing on one code, exactly one applies', async () => {
     const { ctx } = context()
     const issued = await createDeviceCode(ctx, 'tv', [])
     const results = await Promise.all([approveDeviceCode(ctx, issued.userCode, ALICE), denyDeviceCode(ctx, issued.userCode),
@@ -83,7 +83,7 @@ describe('approveDeviceCode and denyDeviceCode (DV-03, DV-05)', () => {
     expect(results.filter(Boolean)).toHaveLength(1)
   })
 
-  it('DV-03 an unknown, malformed or expired code applies nothing', async () => {
+  it('an unknown, malformed or expired code applies nothing', async () => {
     const { ctx, advance } = context()
     const issued = await createDeviceCode(ctx, 'tv', [])
     expect(await approveDeviceCode(ctx, 'BBBB-BBBB', ALICE)).toBe(false)
@@ -92,11 +92,11 @@ describe('approveDeviceCode and denyDeviceCode (DV-03, DV-05)', () => {
     expect(await findUserCode(ctx, issued.userCode)).toBeUndefined()
     expect(await approveDeviceCode(ctx, issued.userCode, ALICE)).toBe(false)
     expect(await denyDeviceCode(ctx, issued.userCode)).toBe(false)
-    // Still known to the grant, which must answer expired_token rather than invalid_grant (DC-04).
+    // Still known to the grant, which must answer expired_token rather than invalid_grant (RFC 8628 §3.5).
     expect(await findDeviceCode(ctx, issued.deviceCode)).toMatchObject({ status: 'pending' })
   })
 
-  it('DA-02 keeps the device_code only as its hash', async () => {
+  it('keeps the device_code only as its hash', async () => {
     const { ctx } = context()
     const issued = await createDeviceCode(ctx, 'tv', [])
     expect(issued.deviceCode).toMatch(/^pdc_[A-Za-z0-9_-]{43}$/)

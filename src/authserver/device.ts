@@ -1,34 +1,31 @@
 /**
- * Device authorization state (RFC 8628, checklist §4): user codes, and what the store keeps of a
+ * Device authorization state (RFC 8628): user codes, and what the store keeps of a
  * device_code. That is three rows, each with a single writer, so no write can undo another:
  * - `<hash>`           the request (client, scope, user code, expiry), written once. Consumed when the
- *                      user decides: that is what makes a user code work only once (DV-05).
+ *                      user decides: that is what makes a user code work only once.
  * - `<hash>:decision`  approved (with sub and auth_time) or denied, written once, by that decision.
- *                      Consumed when the device redeems it: the device_code is single-use (DC-06).
- * - `<hash>:poll`      the interval and the last poll (DC-03), rewritten by every poll; once redeemed, the grantId.
+ *                      Consumed when the device redeems it: the device_code is single-use.
+ * - `<hash>:poll`      the interval and the last poll (RFC 8628 §3.5), rewritten by every poll; once redeemed, the grantId.
  * One row would not do: upsert replaces a whole row and clears its consumed mark, so a poll racing the
  * approval could erase it, and a poll racing the redemption could make the code redeemable again.
  * `<hash>` is the SHA-256 of the device_code (base64url, so it never contains `:`).
  */
 import { randomBytes } from 'node:crypto'
 import { tokenHash } from '../authn/token-cache.js'
-import type { GrantType } from '../config/schema.js'
 import { ServerError } from '../errors/oauth-errors.js'
 import type { AuthServerContext } from './context.js'
-import { randomToken } from './tokens.js'
+import { randomToken } from './random.js'
 
-/** RFC 8628 §3.4: the grant_type of a device's poll. */
-export const DEVICE_CODE_GRANT_TYPE = 'urn:ietf:params:oauth:grant-type:device_code' satisfies GrantType
 /** RFC 8628 §6.1: base-20, no vowels (no words) and no easily confused characters. */
 export const USER_CODE_ALPHABET = 'BCDFGHJKLMNPQRSTVWXZ'
-/** DA-02 [DECISION]: 600 s, as node-oidc-provider and Keycloak. */
+/** RFC 8628 §3.2 `expires_in`: 600 s, as node-oidc-provider and Keycloak. */
 export const DEVICE_CODE_TTL_SECONDS = 600
-/** DA-02: the interval a device starts with; RFC 8628 §3.5 adds 5 s per slow_down, for good. */
+/** RFC 8628 §3.2 `interval`: the one a device starts with; RFC 8628 §3.5 adds 5 s per slow_down, for good. */
 export const POLL_INTERVAL_SECONDS = 5
 export const SLOW_DOWN_STEP_SECONDS = 5
 import { DEVICE_CODE_PREFIX } from '../common/token-formats.js'
 export { DEVICE_CODE_PREFIX }
-/** Rows outlive the code by this much, so a late poll hears expired_token (DC-04), not invalid_grant. */
+/** Rows outlive the code by this much, so a late poll hears expired_token (RFC 8628 §3.5), not invalid_grant. */
 const EXPIRED_KEPT_SECONDS = 600
 
 export type DeviceCodeStatus = 'pending' | 'approved' | 'denied'
@@ -73,7 +70,7 @@ function remainingSeconds(ctx: AuthServerContext, expiresAt: number): number {
   return Math.max(1, Math.ceil(expiresAt + EXPIRED_KEPT_SECONDS - ctx.now() / 1000))
 }
 
-/** 8 characters from the CSPRNG, without modulo bias: bytes ≥ 240 (12 × 20) are drawn again. DA-03. */
+/** 8 characters from the CSPRNG, without modulo bias: bytes ≥ 240 (12 × 20) are drawn again (RFC 8628 §6.1). */
 export function generateUserCode(): string {
   let code = ''
   while (code.length < 8) {
@@ -85,7 +82,7 @@ export function generateUserCode(): string {
 }
 
 /**
- * What the user typed, as issued (`XXXX-XXXX`), or undefined when it cannot be a user code (DV-02):
+ * What the user typed, as issued (`XXXX-XXXX`), or undefined when it cannot be a user code (RFC 8628 §6.1):
  * case-insensitive, whitespace, dashes and other punctuation ignored.
  */
 export function normalizeUserCode(input: string): string | undefined {
@@ -98,12 +95,12 @@ export function normalizeUserCode(input: string): string | undefined {
 }
 
 /**
- * A new device_code and user code for the client (DA-02), for `scope` and the RFC 8707 `resource`s named
+ * A new device_code and user code for the client (RFC 8628 §3.2), for `scope` and the RFC 8707 `resource`s named
  * (already checked); only the device_code's hash is stored.
  */
 export async function createDeviceCode(ctx: AuthServerContext, clientId: string, scope: readonly string[],
   resource?: readonly string[]): Promise<{ deviceCode: string; userCode: string; expiresIn: number; interval: number }> {
-  // DA-03: unique among unexpired codes. 20^8 makes a clash rare; a few draws make it vanishing.
+  // Unique among unexpired codes. 20^8 makes a clash rare; a few draws make it vanishing.
   let userCode: string | undefined
   for (let attempt = 0; attempt < 5 && userCode === undefined; attempt++) {
     const candidate = generateUserCode()
@@ -145,18 +142,18 @@ export async function findDeviceCode(ctx: AuthServerContext, deviceCode: string)
   }
 }
 
-/** Persists a poll of a pending code: when it came, and the interval from now on (DC-03). */
+/** Persists a poll of a pending code: when it came, and the interval from now on (RFC 8628 §3.5: slow_down). */
 export async function recordPoll(ctx: AuthServerContext, record: DeviceCodeRecord, interval: number, at: number): Promise<void> {
   const poll: StoredPoll = { interval, lastPollAt: at }
   await ctx.store.upsert('device_code', pollId(record.id), { ...poll }, remainingSeconds(ctx, record.expiresAt))
 }
 
-/** Marks an approved code redeemed, atomically: true for the first caller only (DC-06). */
+/** Marks an approved code redeemed, atomically: true for the first caller only: the device_code is single-use. */
 export function redeemDeviceCode(ctx: AuthServerContext, record: DeviceCodeRecord): Promise<boolean> {
   return ctx.store.consume('device_code', decisionId(record.id))
 }
 
-/** Remembers the grant issued for a redeemed code, so that a replay can revoke it (DC-06). */
+/** Remembers the grant issued for a redeemed code, so that a replay can revoke it. */
 export async function linkGrant(ctx: AuthServerContext, record: DeviceCodeRecord, grantId: string): Promise<void> {
   const poll: StoredPoll = { interval: record.interval, grantId }
   await ctx.store.upsert('device_code', pollId(record.id), { ...poll }, remainingSeconds(ctx, record.expiresAt))
@@ -173,7 +170,7 @@ async function openRequest(ctx: AuthServerContext, input: string): Promise<Store
 
 /**
  * For the /device consent page: the client, scope and resources behind a user code, or undefined when it
- * cannot be used (DV-03).
+ * cannot be used (unknown, expired or already decided).
  */
 export async function findUserCode(ctx: AuthServerContext, input: string):
   Promise<{ userCode: string; clientId: string; scope: readonly string[]; resource?: readonly string[] } | undefined> {
@@ -186,15 +183,15 @@ export async function findUserCode(ctx: AuthServerContext, input: string):
 
 async function decide(ctx: AuthServerContext, input: string, decision: StoredDecision): Promise<boolean> {
   const request = await openRequest(ctx, input)
-  // DV-05: of two decisions on one code (two tabs, approve and deny), the atomic consume lets one through.
+  // Of two decisions on one code (two tabs, approve and deny), the atomic consume lets one through.
   if (!request || !(await ctx.store.consume('device_code', request.id))) return false
   await ctx.store.upsert('device_code', decisionId(request.id), { ...decision }, remainingSeconds(ctx, request.expiresAt))
   return true
 }
 
 /**
- * The user approved the request behind `userCode` (any spelling DV-02 accepts); the device's next poll
- * gets tokens for `sub`. False when the code is unknown, expired or already used (DV-03, DV-05).
+ * The user approved the request behind `userCode` (any spelling normalizeUserCode accepts); the device's next poll
+ * gets tokens for `sub`. False when the code is unknown, expired or already used.
  */
 export function approveDeviceCode(ctx: AuthServerContext, userCode: string, user: { sub: string; authTime: number }): Promise<boolean> {
   return decide(ctx, userCode, { status: 'approved', sub: user.sub, authTime: user.authTime })

@@ -1,5 +1,5 @@
 /**
- * DPoP (RFC 9449) at the token endpoint (issue 20): the request's one `DPoP` header, checked as §4.3 says
+ * DPoP (RFC 9449) at the token endpoint: the request's one `DPoP` header, checked as §4.3 says
  * (src/dpop/proof.ts) for a POST to the token endpoint's URL as the metadata names it, then spent in the
  * replay cache (§11.1). What a grant gets is the proof's key thumbprint: its access token is bound to it
  * (`cnf.jkt`, §6), and so are a public client's refresh tokens (§5).
@@ -11,7 +11,7 @@
 import type { FastifyRequest } from 'fastify'
 import { DpopProofError, proofHeader, verifyProof, type DpopFailure, type VerifiedProof } from '../dpop/proof.js'
 import { GatewayError, InvalidRequest } from '../errors/oauth-errors.js'
-import type { RegisteredClient } from './clients.js'
+import type { RegisteredClient } from './registered-client.js'
 import type { AuthServerContext } from './context.js'
 
 /** RFC 9449 §5.1: the proof is missing, malformed, fails a check, or was used before. */
@@ -65,9 +65,4 @@ export async function checkTokenRequestProof(ctx: AuthServerContext, request: Fa
     throw new InvalidDpopProof('dpop_replay', 'the DPoP proof has been used before')
   }
   return verified
-}
-
-/** `token_type` of a token response or an introspection answer: DPoP for a bound token (RFC 9449 §5, §6.2). */
-export function tokenTypeOf(jkt: string | undefined): 'Bearer' | 'DPoP' {
-  return jkt === undefined ? 'Bearer' : 'DPoP'
 }

@@ -1,7 +1,8 @@
 /**
- * What every back-channel endpoint of the embedded server shares (checklist §0): form bodies only
- * (G-05), repeated parameters refused and empty ones omitted (G-06), no credentials in the query (G-07),
- * POST only with 405 + Allow (G-11), no-store on everything (G-04), one error renderer (G-03).
+ * What every back-channel endpoint of the embedded server shares: form bodies only (RFC 6749 App. B),
+ * repeated parameters refused and empty ones omitted (RFC 6749 §3.1, §3.2), no credentials in the query
+ * (RFC 6749 §2.3.1), POST only with 405 + Allow (RFC 6749 §3.2), no-store on everything (RFC 6749 §5.1),
+ * one error renderer (RFC 6749 §5.2).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from 'fastify'
 import {
@@ -10,7 +11,7 @@ import {
 
 export type Form = ReadonlyMap<string, string>
 
-/** RFC 6749 §3.1, §3.2: repeated parameters are invalid_request; empty values count as omitted (G-06). */
+/** RFC 6749 §3.1, §3.2: repeated parameters are invalid_request; empty values count as omitted. */
 export function parseForm(body: unknown, repeatable: ReadonlySet<string> = new Set()): Form {
   const form = new Map<string, string>()
   if (body === undefined || body === null) return form
@@ -29,7 +30,7 @@ export function parseForm(body: unknown, repeatable: ReadonlySet<string> = new S
 
 const CREDENTIAL_PARAMETERS = ['client_secret', 'code', 'refresh_token', 'device_code', 'token', 'password', 'code_verifier']
 
-/** G-07 / RFC 6749 §2.3.1: credentials in the request URI are refused, not ignored. */
+/** RFC 6749 §2.3.1: credentials in the request URI are refused, not ignored. */
 export function rejectCredentialsInQuery(request: FastifyRequest): void {
   const url = request.raw.url ?? ''
   const q = url.indexOf('?')
@@ -63,8 +64,8 @@ export function sendOAuthError(reply: FastifyReply, error: unknown, issuer: stri
 }
 
 /**
- * G-11: the other methods on a POST-only endpoint get 405 with `Allow: POST`. With `cors` (G-12: token and
- * revocation, which browser apps call), OPTIONS answers a CORS preflight instead; the responses themselves
+ * RFC 6749 §3.2: the other methods on a POST-only endpoint get 405 with `Allow: POST`. With `cors` (token
+ * and revocation, which browser apps call; RFC 9700 §2.6), OPTIONS answers a CORS preflight instead; the responses themselves
  * get `Access-Control-Allow-Origin: *` from the plugin. No cookies are ever involved, so `*` is safe.
  */
 export function refuseOtherMethods(app: FastifyInstance, path: string, allowed: readonly string[], issuer: string,
@@ -78,7 +79,7 @@ export function refuseOtherMethods(app: FastifyInstance, path: string, allowed: 
   })
 }
 
-/** A CORS preflight answer (G-12) for an endpoint browser apps call with a Bearer token or a form. */
+/** A CORS preflight answer for an endpoint browser apps call with a Bearer token or a form. */
 export function sendCorsPreflight(reply: FastifyReply, allowed: readonly string[]): FastifyReply {
   return reply.code(204)
     .header('allow', [...allowed, 'OPTIONS'].join(', '))
@@ -89,14 +90,14 @@ export function sendCorsPreflight(reply: FastifyReply, allowed: readonly string[
     .send()
 }
 
-/** G-05: the media type must be a form, with or without parameters such as `;charset=UTF-8`. */
+/** RFC 6749 App. B: the media type must be a form, with or without parameters such as `;charset=UTF-8`. */
 export function isForm(contentType: string | undefined): boolean {
   return contentType?.split(';', 1)[0]!.trim().toLowerCase() === 'application/x-www-form-urlencoded'
 }
 
 /**
- * An onRequest hook for the form-POST endpoints: credentials in the URI (G-07) and any body that is not
- * a form (G-05) are refused before the body is read, so they are never parsed.
+ * An onRequest hook for the form-POST endpoints: credentials in the URI and any body that is not
+ * a form are refused before the body is read, so they are never parsed.
  */
 export function formPostGuard(issuer: string): onRequestAsyncHookHandler {
   return async (request, reply) => {

@@ -1,7 +1,7 @@
 /**
- * OpenID Connect ID tokens at the token endpoint (checklist §9.2 ID-01..ID-04, RT-07): added to the
- * response of a grant that has a user (authorization_code, refresh_token, device_code, password) whenever
- * the scope granted in that response holds `openid`. client_credentials never calls this (CC-03).
+ * OpenID Connect ID tokens at the token endpoint (OIDC Core §3.1.3.3, §12.2): added to the response of a
+ * grant that has a user (authorization_code, refresh_token, device_code, password) whenever the scope
+ * granted in that response holds `openid`. client_credentials never calls this (RFC 6749 §4.4.3).
  *
  * The token is minimal: who (sub), for whom (aud, azp), by whom (iss), when (iat, exp, auth_time), the
  * request's nonce, and at_hash. The user's profile claims are served by /userinfo only — OIDC Core §5.4
@@ -10,19 +10,20 @@
  */
 import { createHash } from 'node:crypto'
 import { signCompactJws } from '../crypto/jws.js'
-import type { RegisteredClient } from './clients.js'
-import type { AuthServerContext, SigningAlgorithm } from './context.js'
+import type { RegisteredClient } from './registered-client.js'
+import type { SigningAlgorithm } from '../common/token-formats.js'
+import type { AuthServerContext } from './context.js'
 import type { TokenGrant, TokenResponseBody } from './tokens.js'
 
 const OPENID = 'openid'
 
 export interface IdTokenRequest {
   readonly client: RegisteredClient
-  /** The grant the response belongs to: its sub and authTime are the ID token's, on every refresh too (RT-07). */
+  /** The grant the response belongs to: its sub and authTime are the ID token's, on every refresh too (OIDC Core §12.2). */
   readonly grant: TokenGrant
-  /** The scope granted in this response; a refresh narrowed to exclude `openid` gets no ID token (RT-07). */
+  /** The scope granted in this response; a refresh narrowed to exclude `openid` gets no ID token. */
   readonly scope: readonly string[]
-  /** The authorization request's nonce, exactly as sent (ID-03); never repeated on a refresh (RT-07). */
+  /** The authorization request's nonce, exactly as sent (OIDC Core §3.1.3.7); never repeated on a refresh (§12.2). */
   readonly nonce?: string | undefined
 }
 
@@ -51,7 +52,7 @@ export async function issueIdToken(ctx: AuthServerContext, request: IdTokenReque
   const { client, grant, nonce } = request
   const key = ctx.keys.current(signingAlgorithm(ctx, client))
   const iat = Math.floor(ctx.now() / 1000)
-  // ID-02: typ JWT, so no resource server mistakes it for an RFC 9068 access token (AT-06).
+  // typ JWT, so no resource server mistakes it for an RFC 9068 access token (RFC 9068 §4, RFC 8725 §3.11).
   return signCompactJws({ alg: key.alg, kid: key.kid, typ: 'JWT' }, {
     // OIDC Core §2 makes azp optional beside a single aud; it names the client outright, whatever the verifier.
     azp: client.clientId,
@@ -68,7 +69,7 @@ export async function issueIdToken(ctx: AuthServerContext, request: IdTokenReque
   }, key.privateKey)
 }
 
-/** ID-01: `body` with an `id_token` when `openid` is in the granted scope, else `body` unchanged. */
+/** OIDC Core §3.1.3.3: `body` with an `id_token` when `openid` is in the granted scope, else `body` unchanged. */
 export async function withIdToken(ctx: AuthServerContext, request: IdTokenRequest, body: TokenResponseBody): Promise<TokenResponseBody> {
   if (!request.scope.includes(OPENID)) return body
   return { ...body, id_token: await issueIdToken(ctx, request, body.access_token) }

@@ -1,5 +1,5 @@
 /**
- * Private signing keys at rest (issue 16): AES-256-GCM under the key-encryption key (KEK) of
+ * Private signing keys at rest: AES-256-GCM under the key-encryption key (KEK) of
  * `authorization_server.signing.key_encryption_key`. Each stored key carries its own envelope: a random
  * 96-bit IV (NIST SP 800-38D §8.2.2), the ciphertext of the private JWK, the 128-bit tag, and the id of
  * the KEK that sealed it, so that a wrong KEK is named before anything is decrypted. The kid and alg are

@@ -1,6 +1,7 @@
 /**
- * Config-time checks of `authorization_server` (checklist A-06, CC-04, PW-02, and "a client with a grant it
- * cannot use"): all reported by `portcullis check`, none discovered by a user at run time.
+ * Config-time checks of `authorization_server` (redirect URIs as RFC 6749 §3.1.2 and RFC 9700 §2.6 allow
+ * them, user subjects no client_id can take (RFC 9068 §5), the password grant for first-party clients only,
+ * and "a client with a grant it cannot use"): all reported by `portcullis check`, none discovered by a user at run time.
  */
 import { readable } from '../config/files.js'
 import type { AuthorizationServerConfig, ClientConfig, GatewayConfig } from '../config/schema.js'
@@ -101,7 +102,7 @@ function lintStore(store: AuthorizationServerConfig['store'], at: Array<string |
   }
 }
 
-/** Issue 19: `registration` (RFC 7591) settings that would hand out what no user approved, or that cannot work. */
+/** `registration` (RFC 7591) settings that would hand out what no user approved, or that cannot work. */
 function lintRegistration(registration: AuthorizationServerConfig['registration'], at: Array<string | number>, problems: Problem[]): void {
   if (!registration?.enabled) return
   const policy = registration.policy ?? {}
@@ -130,7 +131,7 @@ function lintRegistration(registration: AuthorizationServerConfig['registration'
 /** A host name, or `*.` and a host name of at least two labels: `*.example.com`, never `*` or `*.com`. */
 const HOST_PATTERN = /^(\*\.)?([a-z0-9]([a-z0-9-]*[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]*[a-z0-9])?$/i
 
-/** Issue 19: `client_metadata_documents` (Client ID Metadata Documents). */
+/** `client_metadata_documents` (Client ID Metadata Documents). */
 function lintClientMetadataDocuments(documents: AuthorizationServerConfig['client_metadata_documents'], at: Array<string | number>,
   problems: Problem[]): void {
   if (!documents?.enabled) return
@@ -200,7 +201,7 @@ export function lintAuthorizationServer(config: GatewayConfig): Problem[] {
   lintStore(as.store, [...base, 'store'], problems)
   lintRegistration(as.registration, [...base, 'registration'], problems)
   lintClientMetadataDocuments(as.client_metadata_documents, [...base, 'client_metadata_documents'], problems)
-  // A-13, RFC 6749 §4.1.2: a code lives "a maximum of 10 minutes"; it is redeemed within seconds.
+  // RFC 6749 §4.1.2: a code lives "a maximum of 10 minutes"; it is redeemed within seconds.
   const codeTtl = as.authorization_code?.ttl
   if (codeTtl !== undefined && (parseDuration(codeTtl) < 1000 || parseDuration(codeTtl) > 600_000)) {
     problems.push({ path: [...base, 'authorization_code', 'ttl'], message: 'must be between 1s and 10m (RFC 6749 §4.1.2)' })
@@ -225,7 +226,7 @@ export function lintAuthorizationServer(config: GatewayConfig): Problem[] {
     if ([user.password, user.password_hash].filter((value) => value !== undefined).length !== 1) {
       problems.push({ path: at, message: 'set exactly one of password or password_hash' })
     }
-    // RFC 9068 §5 / checklist CC-04: client_credentials tokens carry sub = client_id, so a user must never share it.
+    // RFC 9068 §5: client_credentials tokens carry sub = client_id, so a user must never share it.
     const sub = user.sub ?? user.username
     if (clientIds.has(sub)) problems.push({ path: [...at, user.sub !== undefined ? 'sub' : 'username'], message: `subject "${sub}" equals a client_id` })
   })

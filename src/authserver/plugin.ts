@@ -19,7 +19,7 @@ import { ClientRegistry } from './clients.js'
 import type { AuthServerContext } from './context.js'
 import { registerDeviceAuthorization } from './endpoints/device-authorization.js'
 import { registerIntrospection } from './endpoints/introspect.js'
-import { DEVICE_CODE_GRANT_TYPE } from './device.js'
+import { DEVICE_CODE_GRANT_TYPE } from './grant-types.js'
 import { registerJwks } from './endpoints/jwks.js'
 import { registerMetadata } from './endpoints/metadata.js'
 import { registerRegistration } from './endpoints/register.js'
@@ -49,7 +49,7 @@ import { UserDirectory } from './users.js'
 const IMPLEMENTED_GRANTS: ReadonlySet<string> = new Set(['authorization_code', 'client_credentials', 'refresh_token', 'password',
   DEVICE_CODE_GRANT_TYPE])
 
-/** G-05: form bodies are small (node-oidc-provider caps them at 56 KiB); 64 KiB here. */
+/** Form bodies are small (node-oidc-provider caps them at 56 KiB); 64 KiB here. */
 const FORM_BODY_LIMIT = 64 * 1024
 
 export interface AuthServer {
@@ -71,7 +71,7 @@ export interface AuthServerOptions {
   /** The top-level `dpop:` section: how /token checks DPoP proofs (RFC 9449), with defaults when absent. */
   dpop?: DpopConfig | undefined
   /**
-   * A worker of several on one machine (`server.workers`, issue 24): revocations travel to the other workers
+   * A worker of several on one machine (`server.workers`): revocations travel to the other workers
    * on this channel, and the brute-force counters are `limiter`'s (kept by the primary). A Redis store's own
    * channel and counters take precedence: they reach every worker of every instance.
    */
@@ -86,9 +86,9 @@ function principalOf(record: StoredAccessToken, issuer: string): Principal {
     scopes: record.scope === '' ? [] : record.scope.split(' '),
     expiresAt: record.exp,
     jti: record.jti,
-    // RFC 8707: what the token was issued for, so resource routes read it as they read a JWT's aud (issue 18).
+    // RFC 8707: what the token was issued for, so resource routes read it as they read a JWT's aud.
     ...(Array.isArray(record.aud) && { audience: record.aud }),
-    // RFC 9449 §6: the key a bound token must be presented with, as a JWT's cnf.jkt (issue 20).
+    // RFC 9449 §6: the key a bound token must be presented with, as a JWT's cnf.jkt.
     ...(typeof record.jkt === 'string' && { jkt: record.jkt }),
   }
 }
@@ -100,7 +100,7 @@ function principalOf(record: StoredAccessToken, issuer: string): Principal {
 function replayCacheFor(store: StorageAdapter, size: number, workers?: SharedOnce): ReplayCache {
   const firstUse = store.firstUse?.bind(store)
   if (firstUse) return sharedReplayCache({ firstUse })
-  // Several workers on one store (issue 24): the primary remembers the proofs for all of them.
+  // Several workers on one store (`server.workers`): the primary remembers the proofs for all of them.
   return workers ? sharedReplayCache(workers) : memoryReplayCache(size)
 }
 
@@ -140,7 +140,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   const keys = await KeyManager.open(store, {
     algorithm: settings.algorithm,
     publishDelayMs: settings.publishDelayMs,
-    // An old key stays published until every token it signed has expired, with a margin (JW-05).
+    // An old key stays published until every token it signed has expired, with a margin (OIDC Core §10.1.1).
     retireAfterSeconds: keyRetirementSeconds(settings),
     now,
     log,
@@ -165,7 +165,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     audit.emit('throttle.engaged', { throttle, key, retry_after: retryAfterSeconds })
   const users = new UserDirectory(config.users ?? [])
   const configuredIds = new Set((config.clients ?? []).map((client) => client.client_id))
-  // Issue 19: a registration never takes a YAML client_id, nor a user's sub (client_credentials tokens carry sub = client_id).
+  // An RFC 7591 registration never takes a YAML client_id, nor a user's sub (client_credentials tokens carry sub = client_id).
   const registrations = settings.registration && new Registrations(store, settings.registration, now,
     (id) => configuredIds.has(id) || users.findBySub(id) !== undefined)
   const documentSettings = settings.clientMetadataDocuments
@@ -190,19 +190,19 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   }
   const paths: string[] = []
   await app.register(async (scope) => {
-    // G-05: form bodies only; without this, fastify's JSON parser would still answer for this scope.
+    // Form bodies only (RFC 6749 §3.2, §4.1.3); without this, fastify's JSON parser would still answer for this scope.
     scope.removeAllContentTypeParsers()
     await scope.register(formbody, { bodyLimit: FORM_BODY_LIMIT })
     scope.setErrorHandler((error: FastifyError, _request, reply) => sendOAuthError(reply, asOAuthError(error), settings.issuer))
     // The pages' cookies (the login session, the CSRF secret): parsed only for this scope's routes.
     await scope.register(cookie)
-    // A-15: every page form carries a token made from a per-browser secret kept in an HttpOnly cookie.
+    // RFC 6749 §10.12: every page form carries a token made from a per-browser secret kept in an HttpOnly cookie.
     await scope.register(csrf, {
       cookieKey: CSRF_COOKIE,
       cookieOpts: cookieOptions(ctx),
       getToken: (request) => (request.body as Record<string, unknown> | undefined)?._csrf as string | undefined,
     })
-    // G-12: browser apps may call the token, revocation, userinfo and registration endpoints cross-origin; never the pages.
+    // RFC 9700 §2.6: browser apps may call the token, revocation, userinfo and registration endpoints cross-origin; never the pages.
     const corsPaths = new Set([`${settings.prefix}/token`, `${settings.prefix}/revoke`, `${settings.prefix}/userinfo`, `${settings.prefix}/register`])
     scope.addHook('onSend', async (request, reply) => {
       if (corsPaths.has(request.routeOptions.url ?? '')) {

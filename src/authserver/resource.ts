@@ -1,9 +1,9 @@
 /**
- * RFC 8707 resource indicators (checklist AT-03, G-06): the `resource` parameters a request names, and the
+ * RFC 8707 resource indicators (and RFC 9068 §3 `aud`): the `resource` parameters a request names, and the
  * `aud` a token gets from them. /authorize and /device_authorization name the resources a grant is for,
  * /token those of one access token. Each value must be one of the identifiers clients may ask for
  * (`access_token.audience` and the gateway's `resources[].resource`), compared as exact strings, as
- * redirect URIs are (A-03), save one thing: scheme and host may differ in ASCII case (issue 19: MCP
+ * redirect URIs are (RFC 9700 §4.1.3), save one thing: scheme and host may differ in ASCII case (MCP
  * 2026-07-28 "Canonical Server URI" asks servers to accept `HTTPS://API.example.com`; RFC 3986 §6.2.2.1 says
  * they are case-insensitive). No other normalisation: path, query, port and trailing slash stay exact, and
  * what is granted is always the configured spelling. A grant keeps the resources it was authorized for, and
@@ -41,7 +41,7 @@ function configuredSpelling(value: string, allowed: readonly string[]): string |
 /** A value as the log shows it: quoted, and never long. */
 const shown = (value: unknown) => JSON.stringify(String(value).slice(0, 100))
 
-/** Every `resource` value of a parsed form body, repeated or not; empty ones count as omitted (G-06). */
+/** Every `resource` value of a parsed form body, repeated or not; empty ones count as omitted (RFC 6749 §3.1). */
 export function resourceParameters(body: unknown): unknown[] {
   const raw = (body as Record<string, unknown> | null | undefined)?.resource
   return (Array.isArray(raw) ? raw : raw === undefined ? [] : [raw]).filter((value) => value !== '')

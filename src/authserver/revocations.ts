@@ -1,6 +1,6 @@
 /**
- * Revoked JWT access tokens (checklist RV-07): their jti is deny-listed until the token's exp, in the
- * store (so a restart keeps it) and in memory (so the gateway checks it synchronously on every request,
+ * Revoked JWT access tokens (RFC 7009 §2.1: revocation takes effect at once): their jti is deny-listed
+ * until the token's exp, in the store (so a restart keeps it) and in memory (so the gateway checks it synchronously on every request,
  * cache hits included). Every revocation is also pushed to the gateway's caches through `onRevoke`.
  */
 import type { InvalidationSelector } from '../authn/authenticator.js'
@@ -21,7 +21,7 @@ export class RevocationList {
     private readonly log?: { warn(fields: object, message: string): void }) {}
 
   /**
-   * Several instances (issue 7): this list publishes its revocations and applies the others' as they
+   * Several instances (one Redis store): this list publishes its revocations and applies the others' as they
    * arrive; after a lost subscription it reloads from the store and has the gateway drop its cached
    * embedded tokens, which may include one revoked meanwhile.
    */

@@ -1,5 +1,6 @@
 /**
- * Revoking a whole grant (refresh reuse RT-04, refresh revocation RV-03, code replay AC-06): every
+ * Revoking a whole grant (refresh token reuse, RFC 9700 §4.14.2; a revoked refresh token, RFC 7009 §2.1; a
+ * replayed code, RFC 6749 §4.1.2): every
  * artifact of it leaves the store, its JWT access tokens are deny-listed until they expire, and the
  * gateway's caches drop all of them at once.
  */

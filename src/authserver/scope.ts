@@ -3,7 +3,7 @@ import { InvalidScope } from '../errors/oauth-errors.js'
 
 const SCOPE = /^[\x21\x23-\x5b\x5d-\x7e]+( [\x21\x23-\x5b\x5d-\x7e]+)*$/
 
-/** The scope-tokens of a `scope` parameter; invalid_scope when its syntax is wrong (checklist T-06). */
+/** The scope-tokens of a `scope` parameter; invalid_scope when its syntax is wrong (RFC 6749 §3.3). */
 export function parseScope(value: string): string[] {
   if (!SCOPE.test(value)) throw new InvalidScope('malformed scope parameter')
   return [...new Set(value.split(' '))]
@@ -11,7 +11,7 @@ export function parseScope(value: string): string[] {
 
 /**
  * The scope to grant: the request's, which must lie within `allowed`, or all of `allowed` when the
- * request names none (checklist CC-02, RT-06).
+ * request names none (RFC 6749 §3.3 lets the server choose a default; §6 for a refresh).
  */
 export function grantScope(requested: string | undefined, allowed: Iterable<string>): string[] {
   const permitted = new Set(allowed)

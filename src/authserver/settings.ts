@@ -7,7 +7,7 @@ import { resolveRegistration, type RegistrationSettings } from './registration/p
 import { resolveClientMetadataDocuments, type ClientMetadataDocumentSettings } from './client-metadata/documents.js'
 
 export interface AuthServerSettings {
-  /** Byte-identical everywhere it appears (checklist G-01). */
+  /** Byte-identical everywhere it appears (RFC 8414 §3.3, RFC 9207 §2.3). */
   readonly issuer: string
   /** The path prefix of every endpoint: the issuer URL's path without a trailing slash ('' at the root). */
   readonly prefix: string
@@ -23,7 +23,7 @@ export interface AuthServerSettings {
   readonly audience: readonly string[]
   /**
    * Every `resource` a client may ask for (RFC 8707): `audience` and the gateway's `resources[].resource`
-   * identifiers (issue 18). What the embedded issuer's tokens may carry as `aud`.
+   * identifiers. What the embedded issuer's tokens may carry as `aud`.
    */
   readonly resourceIndicators: readonly string[]
   readonly refreshTokenTtlSeconds: number
@@ -33,7 +33,7 @@ export interface AuthServerSettings {
    * instead of revoking the grant (grants/refresh-token.ts). A client may set its own.
    */
   readonly refreshReuseGraceMs: number
-  /** A-13: 60 s by default, at most 600 (checked at load). */
+  /** `authorization_code.ttl`: 60 s by default, at most 600 (RFC 6749 §4.1.2; checked at load). */
   readonly authorizationCodeTtlSeconds: number
   /** How long a browser login lasts (the session cookie and its record). */
   readonly sessionTtlSeconds: number
@@ -48,7 +48,7 @@ export interface AuthServerSettings {
   readonly registration?: RegistrationSettings
   /** `client_metadata_documents` (URL client_ids): set when enabled. */
   readonly clientMetadataDocuments?: ClientMetadataDocumentSettings
-  /** The top-level `dpop:` (issue 20): how /token checks DPoP proofs (RFC 9449 §4.3), and its nonces (§8). */
+  /** The top-level `dpop:`: how /token checks DPoP proofs (RFC 9449 §4.3), and its nonces (§8). */
   readonly dpop: DpopSettings
 }
 

@@ -33,7 +33,7 @@ describe('createThrottle', () => {
   beforeEach(() => { vi.useFakeTimers({ now: new Date('2026-01-01T00:00:00Z') }) })
   afterEach(() => { vi.useRealTimers() })
 
-  it('CA-09 lets a client key fail failures_per_client times, then refuses it with 429 and Retry-After', async () => {
+  it('lets a client key fail failures_per_client times, then refuses it with 429 and Retry-After', async () => {
     const throttle = createThrottle(settings({ failures_per_client: 3, window: '1m' }))
     for (let failure = 0; failure < 3; failure++) await fail(throttle, ['client:a'])
     const error = await refusal(throttle.reserve(['client:a']))
@@ -43,7 +43,7 @@ describe('createThrottle', () => {
     expect(error.internal.detail).toContain('client:a')
   })
 
-  it('PW-04 user keys share the per-client allowance; ip keys have their own, larger one', async () => {
+  it('user keys share the per-client allowance; ip keys have their own, larger one', async () => {
     const throttle = createThrottle(settings({ failures_per_client: 2, failures_per_ip: 5 }))
     await fail(throttle, ['user:alice', 'ip:192.0.2.1'])
     await fail(throttle, ['user:alice', 'ip:192.0.2.1'])
@@ -54,7 +54,7 @@ describe('createThrottle', () => {
     await refusal(throttle.reserve(['ip:192.0.2.1']))
   })
 
-  it('CA-09 refuses when any one of the keys is exhausted, and a refused attempt counts on none of its keys', async () => {
+  it('refuses when any one of the keys is exhausted, and a refused attempt counts on none of its keys', async () => {
     const throttle = createThrottle(settings({ failures_per_client: 1, failures_per_ip: 2 }))
     await fail(throttle, ['client:a'])
     for (let refused = 0; refused < 5; refused++) await refusal(throttle.reserve(['client:b', 'client:a', 'ip:192.0.2.1']))
@@ -65,7 +65,7 @@ describe('createThrottle', () => {
     await refusal(throttle.reserve(['ip:192.0.2.1']))
   })
 
-  it('CA-09 Retry-After counts down, and the key is allowed again once the window has passed', async () => {
+  it('Retry-After counts down, and the key is allowed again once the window has passed', async () => {
     const throttle = createThrottle(settings({ failures_per_client: 1, window: '30s' }))
     await fail(throttle, ['client:a'])
     vi.advanceTimersByTime(20_500)
@@ -74,7 +74,7 @@ describe('createThrottle', () => {
     await succeed(throttle, ['client:a'])
   })
 
-  it('issue 16: of 100 attempts reserved in parallel exactly failures_per_client are let through; once they fail, the key stays locked', async () => {
+  it('parallel guessing: of 100 attempts reserved in parallel exactly failures_per_client are let through; once they fail, the key stays locked', async () => {
     const throttle = createThrottle(settings({ failures_per_client: 10, failures_per_ip: 1000 }))
     const outcomes = await Promise.allSettled(Array.from({ length: 100 }, () => throttle.reserve(['client:a', 'ip:192.0.2.1'])))
     const granted = outcomes.flatMap((outcome) => (outcome.status === 'fulfilled' ? [outcome.value] : []))
@@ -87,7 +87,7 @@ describe('createThrottle', () => {
     expect(ip.filter((outcome) => outcome.status === 'fulfilled')).toHaveLength(990)
   })
 
-  it('issue 16: attempts in flight hold their point; a success gives it back, a failure keeps it', async () => {
+  it('attempts in flight hold their point; a success gives it back, a failure keeps it', async () => {
     const throttle = createThrottle(settings({ failures_per_client: 2 }))
     const first = await throttle.reserve(['client:a'])
     const second = await throttle.reserve(['client:a'])
@@ -101,7 +101,7 @@ describe('createThrottle', () => {
     await refusal(throttle.reserve(['client:a']))
   })
 
-  it('issue 16: successes interleaved with failures give back only their own points, so they never reset a count', async () => {
+  it('successes interleaved with failures give back only their own points, so they never reset a count', async () => {
     // An attacker with a client of its own, guessing another's secret from the same address.
     const throttle = createThrottle(settings({ failures_per_client: 1000, failures_per_ip: 3 }))
     for (let round = 0; round < 3; round++) {
@@ -120,7 +120,7 @@ describe('createThrottle', () => {
     await refusal(throttle2.reserve(['client:a']))
   })
 
-  it('issue 16: a point taken at the end of a window is not given back in the next one (no credit there)', async () => {
+  it('a point taken at the end of a window is not given back in the next one (no credit there)', async () => {
     const throttle = createThrottle(settings({ failures_per_client: 2, window: '10s' }))
     await fail(throttle, ['client:a'])
     vi.advanceTimersByTime(9_500)

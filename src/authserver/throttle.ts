@@ -1,7 +1,7 @@
 /**
- * Brute-force protection of client authentication, passwords and user codes (checklist CA-09, PW-04, DV-04):
- * failures are counted per key in a fixed window; once a key has used up its allowance, every attempt is
- * refused with 429 temporarily_unavailable and Retry-After until the window ends. Issue 16: an attempt is
+ * Brute-force protection of client authentication, passwords and user codes (RFC 6749 §2.3.1, §4.3.2;
+ * RFC 8628 §5.1): failures are counted per key in a fixed window; once a key has used up its allowance, every
+ * attempt is refused with 429 temporarily_unavailable and Retry-After until the window ends. An attempt is
  * counted (reserved) atomically *before* its secret is verified and given back only if it succeeds, so a
  * burst sent in parallel gets no more verifications than the allowance, across replicas too.
  */
@@ -30,7 +30,7 @@ export type LimiterFactory = (options: LimiterOptions) => Limiter
 export const memoryLimiter: LimiterFactory = (options) => ({ counters: new RateLimiterMemory({ ...options }) })
 
 /**
- * Counters in Redis, shared by every instance (issue 7): a brute force spread over replicas is counted
+ * Counters in Redis, shared by every instance: a brute force spread over replicas is counted
  * once. While Redis is unreachable each instance counts in memory (the insurance), so throttling never
  * stops and never fails a request. The throttle falls back itself (not rate-limiter-flexible's
  * insuranceLimiter), so that a point is given back to the counters that took it, never to the others.
@@ -43,7 +43,7 @@ export function redisLimiter(client: RedisLike, prefix: string): LimiterFactory 
 }
 
 /**
- * Counters kept by the primary for every worker of one machine (`server.workers`, issue 24): rate-limiter-flexible's
+ * Counters kept by the primary for every worker of one machine (`server.workers`): rate-limiter-flexible's
  * RateLimiterCluster asks the primary's RateLimiterClusterMaster over IPC, so a brute force spread over workers is
  * counted once. The primary not answering within a second, each worker counts in memory meanwhile.
  */
@@ -60,10 +60,10 @@ function positiveInteger(name: string, value: number): number {
   return value
 }
 
-/** The allowances of one throttle: the token endpoint's and login's come from `throttling:`; DV-04's are fixed. */
+/** The allowances of one throttle: the token endpoint's and login's come from `throttling:`; the /device page's are fixed. */
 export type ThrottleLimits = Pick<AuthServerSettings, 'failuresPerClient' | 'failuresPerIp' | 'throttleWindowSeconds'>
 
-/** DV-04 [DECISION]: five wrong user codes per browser session or per address in five minutes. */
+/** RFC 8628 §5.1: five wrong user codes per browser session or per address in five minutes. */
 export const USER_CODE_LIMITS: ThrottleLimits = { failuresPerClient: 5, failuresPerIp: 5, throttleWindowSeconds: 300 }
 
 /**
@@ -171,7 +171,7 @@ export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterF
 }
 
 /**
- * One throttled verification (issue 16): counted on `keys` before `verify` runs, given back when its
+ * One throttled verification: counted on `keys` before `verify` runs, given back when its
  * outcome is a success, kept otherwise (a throw included). Throws TooManyAttempts without running `verify`
  * when a key has no attempt left.
  */

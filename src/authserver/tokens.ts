@@ -1,26 +1,29 @@
 /**
- * Issuing tokens (checklist §9.1, G-09): JWT access tokens per RFC 9068 or opaque ones, opaque refresh
- * tokens of 256 random bits stored only as SHA-256 hashes, each in a rotation family (the grant).
+ * Issuing tokens: JWT access tokens per RFC 9068 or opaque ones, opaque refresh
+ * tokens of 256 random bits (RFC 6749 §10.10) stored only as SHA-256 hashes, each in a rotation family (the grant).
  */
-import { randomBytes, randomUUID } from 'node:crypto'
+import { randomUUID } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 import { signCompactJws } from '../crypto/jws.js'
 import { tokenHash } from '../authn/token-cache.js'
 import type { AuthServerSettings } from './settings.js'
-import type { SigningKeys } from './context.js'
+import type { SigningKeys } from './keys/signing-keys.js'
 import type { ArtifactWrite, StorageAdapter } from './storage/adapter.js'
-import type { RegisteredClient } from './clients.js'
-import { tokenTypeOf } from './dpop.js'
+import type { RegisteredClient } from './registered-client.js'
+import { randomToken } from './random.js'
 
 import { OPAQUE_ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX } from '../common/token-formats.js'
 export { OPAQUE_ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX }
 
-/** 256 bits from the CSPRNG, base64url (G-09 asks for at least 128). */
-export function randomToken(prefix = ''): string {
-  return prefix + randomBytes(32).toString('base64url')
+/** Re-exported for the test suites that import it from here. */
+export { randomToken }
+
+/** `token_type` of a token response or an introspection answer: DPoP for a bound token (RFC 9449 §5, §6.2). */
+export function tokenTypeOf(jkt: string | undefined): 'Bearer' | 'DPoP' {
+  return jkt === undefined ? 'Bearer' : 'DPoP'
 }
 
-/** A grant (refresh family): what was granted to whom, until when at the latest (RT-08). */
+/** A grant (refresh family): what was granted to whom, until when at the latest (refresh never extends it, RFC 9700 §4.14.2). */
 export interface GrantRecord {
   readonly grantId: string
   readonly clientId: string
@@ -65,7 +68,7 @@ export interface StoredRefreshToken {
   readonly grantId: string
   readonly clientId: string
   readonly sub: string
-  /** The scope of the grant, kept whole however the access tokens were narrowed (RT-06). */
+  /** The scope of the grant, kept whole however the access tokens were narrowed (RFC 6749 §6). */
   readonly scope: readonly string[]
   readonly grantExpiresAt: number
   readonly authTime?: number
@@ -85,7 +88,7 @@ export interface MintedAccessToken {
   readonly write: ArtifactWrite
 }
 
-/** RFC 6749 §5.1 success body (T-04). */
+/** RFC 6749 §5.1 success body. */
 export interface TokenResponseBody {
   access_token: string
   /** DPoP when the access token is bound to the request's DPoP key (RFC 9449 §5). */
@@ -93,8 +96,20 @@ export interface TokenResponseBody {
   expires_in: number
   scope: string
   refresh_token?: string
-  /** ID-01: only when the granted scope holds openid (id-token.ts). */
+  /** Only when the granted scope holds openid (OIDC Core §3.1.3.3; id-token.ts). */
   id_token?: string
+}
+
+/** What a token response hands out of its grant (TokenService.respond). */
+export interface ResponseTokens {
+  /** The access token's scope: the grant's, or narrower (RFC 6749 §3.3). */
+  readonly scope: readonly string[]
+  /** Whether a refresh token goes with it; only ever when the client is registered for refresh_token. */
+  readonly withRefresh: boolean
+  /** RFC 8707 §2.2: the access token's audience; the configured `access_token.audience` when absent. */
+  readonly audience?: readonly string[] | undefined
+  /** RFC 9449 §6: the key of the request's DPoP proof, which the access token is bound to (token_type DPoP). */
+  readonly jkt?: string | undefined
 }
 
 export class TokenService {
@@ -206,7 +221,7 @@ export class TokenService {
     this.justIssued.set(minted.write.id, minted.record)
   }
 
-  /** A new refresh token of the grant; it lives until the refresh TTL, never past the grant (RT-08). */
+  /** A new refresh token of the grant; it lives until the refresh TTL, never past the grant. */
   async issueRefreshToken(grant: TokenGrant): Promise<string> {
     const { token, write } = this.mintRefreshToken(grant)
     await this.store.upsert(write.kind, write.id, write.value, write.expiresInSeconds)
@@ -227,11 +242,11 @@ export class TokenService {
   }
 
   /**
-   * The T-04 response: an access token, and a refresh token when the client may refresh. `jkt`: the key of
-   * the request's DPoP proof, which the access token is bound to (token_type DPoP).
+   * The RFC 6749 §5.1 response: an access token, and a refresh token when asked for and the client may
+   * refresh.
    */
-  async respond(client: RegisteredClient, grant: GrantRecord, scope: readonly string[], withRefresh: boolean,
-    audience?: readonly string[], jkt?: string): Promise<TokenResponseBody> {
+  async respond(client: RegisteredClient, grant: GrantRecord, tokens: ResponseTokens): Promise<TokenResponseBody> {
+    const { scope, withRefresh, audience, jkt } = tokens
     // Written together: one commit of the store (group commit) rather than two in a row.
     const [{ token, tokenType, expiresIn }, refreshToken] = await Promise.all([
       this.issueAccessToken(grant, scope, audience, jkt),

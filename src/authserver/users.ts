@@ -11,7 +11,7 @@ export interface User {
 
 export class UserDirectory {
   private readonly users: ReadonlyMap<string, { user: User; config: UserConfig }>
-  /** Verified against when the username is unknown, so both cases cost one scrypt (PW-03: no enumeration). */
+  /** Verified against when the username is unknown, so both cases cost one scrypt (no user enumeration through timing). */
   private readonly decoy: Promise<string>
 
   constructor(configs: readonly UserConfig[]) {

@@ -59,13 +59,13 @@ function cleartextUrls(config: GatewayConfig): Array<{ path: Array<string | numb
 export function lintConfig(config: GatewayConfig): Problem[] {
   const compiled = compileRules(config)
   const problems: Problem[] = [...compiled.problems]
-  // Issue 17: the issuers' claim settings (permission, client id and audience claims, conditions, headers).
+  // The issuers' claim settings (permission, client id and audience claims, conditions, headers).
   compileClaimPlan(config, compiled.rules, problems)
-  // Issue 18: RFC 9728 resources (identifiers served by this gateway, routes that exist, one resource each).
+  // `resources:`: RFC 9728 resources (identifiers served by this gateway, routes that exist, one resource each).
   compileResources(config, problems)
-  // Issue 18: CORS origins, patterns, credentials with `*`, max_age, route overrides.
+  // `cors:`: CORS origins, patterns, credentials with `*`, max_age, route overrides.
   problems.push(...lintCors(config))
-  // Issue 19: MCP routes read their messages whole, within server.body_buffer_size.
+  // `routes[].mcp`: MCP routes read their messages whole, within server.body_buffer_size.
   problems.push(...lintMcp(config))
   if (!config.server?.allow_insecure_http) {
     for (const { path, host, exposes } of cleartextUrls(config)) {
@@ -143,7 +143,7 @@ export function lintConfig(config: GatewayConfig): Problem[] {
     }
   }
   problems.push(...lintAuthorizationServer(config))
-  // Issue 23: the decision endpoint's listener, trust and cache bound.
+  // `decision:`: the decision endpoint's listener, trust and cache bound.
   problems.push(...lintDecision(config))
   return problems
 }
@@ -171,13 +171,13 @@ export function configWarnings(config: GatewayConfig): string[] {
       warnings.push(`routes[${index}] (${route.id}) is a catch-all "/**" with auth: none: every request no other route matches reaches upstream ${route.upstream} without a token`)
     }
   })
-  // Checklist JW-05: clients cache a JWKS for up to 5 minutes; a shorter publish delay can make them
+  // `signing.rotation_publish_delay`: clients cache a JWKS for up to 5 minutes; a shorter publish delay can make them
   // meet tokens signed by a key they have not fetched yet.
   const publishDelay = config.authorization_server?.enabled ? config.authorization_server.signing?.rotation_publish_delay : undefined
   if (publishDelay !== undefined && parseDuration(publishDelay) < 5 * 60_000) {
     warnings.push(`authorization_server.signing.rotation_publish_delay ${publishDelay} is under 5m: clients with a cached JWKS may refuse tokens signed right after a rotation`)
   }
-  // Checklist G-02: the issuer is an https URL; http is for loopback development only.
+  // `authorization_server.issuer` is an https URL (RFC 8414 §2); http is for loopback development only.
   const asHost = config.authorization_server?.enabled ? cleartextHost(config.authorization_server.issuer) : undefined
   if (asHost !== undefined) {
     warnings.push(`authorization_server.issuer uses http:// off loopback (${asHost}): tokens and client secrets would cross the network in clear text`)

@@ -1,5 +1,5 @@
 /**
- * Claim conditions (issue 17), compiled once at load: `claims: { all: [...], any: [...] }` on a route (and on
+ * Claim conditions, compiled once at load: `claims: { all: [...], any: [...] }` on a route (and on
  * an issuer, for every token it signs). Each condition names a claim by path and one test:
  *
  *   equals: V        the claim is V (string, number or boolean; no conversion: 42 is not "42")

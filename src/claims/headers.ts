@@ -1,5 +1,5 @@
 /**
- * Claims to upstream request headers (issue 17): `claim_headers: { X-Tenant: tenant, X-Roles: realm_access.roles }`
+ * Claims to upstream request headers: `claim_headers: { X-Tenant: tenant, X-Roles: realm_access.roles }`
  * on an issuer (its tokens, every route) or a route (every token). Only the claims named are copied, never a
  * whole token or object; every header named anywhere is removed from every client request first, on every
  * route, so a client can never supply one. How values are written: forward/upstream-headers.ts claimHeaderValue.

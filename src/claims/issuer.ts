@@ -1,5 +1,5 @@
 /**
- * What an issuer's tokens mean (issue 17): where its permissions are (`scope_claim`), which claim names the
+ * What an issuer's tokens mean: where its permissions are (`scope_claim`), which claim names the
  * client (`client_id_claim`) and the audience (`audience_claim`), what every token of it must satisfy
  * (`claims`), and `preset`, which fills those in as a big identity provider issues its tokens. Compiled once
  * per issuer at load; read at verification (a cache hit reads none of it).

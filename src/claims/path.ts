@@ -1,5 +1,5 @@
 /**
- * Claim paths (issue 17): how the config names a claim, nested or not. Segments are separated by `.`; a
+ * Claim paths: how the config names a claim, nested or not. Segments are separated by `.`; a
  * segment whose name holds `.`, a quote, a bracket or a space is written in brackets and quotes:
  *
  *   tenant                               the top-level claim `tenant`

@@ -34,13 +34,13 @@ export function identityNames(forward: ForwardConfig | undefined): string[] {
 }
 
 /**
- * Names a claim header may not take (issue 17): what frames the request or carries credentials, the
+ * Names a claim header may not take (`claim_headers`): what frames the request or carries credentials, the
  * hop-by-hop, forwarding and override headers, and the identity headers.
  */
 export function reservedHeaderNames(forward: ForwardConfig | undefined): ReadonlySet<string> {
   return new Set([...HOP_BY_HOP, ...FORWARDED, ...STRIPPED_HEADERS, ...identityNames(forward),
     'authorization', 'cookie', 'content-length', 'content-type', 'content-encoding', 'dpop',
-    // A decision's answer carries the claim headers too (issue 23): nothing a proxy reads from it as an instruction.
+    // A decision's answer carries the claim headers too (`decision:`): nothing a proxy reads from it as an instruction.
     'cache-control', 'expires', 'set-cookie', 'www-authenticate', 'location', 'retry-after', 'allow', 'ratelimit', 'ratelimit-policy',
     'x-accel-redirect', 'x-accel-expires', 'x-accel-buffering', 'x-accel-limit-rate', 'x-accel-charset'])
 }

@@ -24,7 +24,7 @@ describe('readScopes', () => {
     expect(readScopes({ scp: ['b'] }, 'scope')).toEqual([])
   })
 
-  it('refuses a scope claim that is a JSON array unless the issuer reads scope_array (RFC 9068 §2.2.3, issue 16)', () => {
+  it('refuses a scope claim that is a JSON array unless the issuer reads scope_array (RFC 9068 §2.2.3)', () => {
     expect(readScopes({ scope: ['a', 'b'] }, 'scope')).toBeUndefined()
     expect(readScopes({ scope: ['a', 'b'] }, undefined)).toBeUndefined()
     expect(readScopes({ scope: ['a', 'b'] }, 'scope_array')).toEqual(['a', 'b'])

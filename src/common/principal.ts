@@ -10,16 +10,16 @@ export interface Principal {
   readonly jti: string | undefined
   /**
    * The embedded server's opaque tokens only (a store row, not a claim set): the `aud` it was issued for
-   * (RFC 8707), read by resource routes as other tokens' `aud` claim (issue 18).
+   * (RFC 8707), read by resource routes (`resources[]`, RFC 9728) as other tokens' `aud` claim.
    */
   readonly audience?: readonly string[] | undefined
   /**
    * RFC 9449 §6: the SHA-256 thumbprint of the key the token is bound to (`cnf.jkt` of a JWT or of an
-   * introspection answer, or the embedded server's store row); undefined for a Bearer token (issue 20).
+   * introspection answer, or the embedded server's store row); undefined for a Bearer token.
    */
   readonly jkt?: string | undefined
   /**
-   * The claims that route conditions and claim headers name (issue 17), by their top-level names: only
+   * The claims that route conditions and claim headers name, by their top-level names: only
    * those are kept, so a cached principal holds no more of the token than the config reads. Undefined when
    * the config names none.
    */

@@ -1,4 +1,4 @@
-/** What the schema cannot say about `cors:` and the routes' `cors:` (issue 18); each problem names its key. */
+/** What the schema cannot say about `cors:` and the routes' `cors:`; each problem names its key. */
 import type { CorsConfig, GatewayConfig, RouteCorsConfig } from '../config/schema.js'
 import type { Problem } from '../common/problem.js'
 import { parseDuration } from '../config/units.js'

@@ -1,5 +1,5 @@
 /**
- * `cors.allowed_origins` (issue 18): exact origins, `*`, and one pattern form, `https://*.example.com`. Parsed
+ * `cors.allowed_origins`: exact origins, `*`, and one pattern form, `https://*.example.com`. Parsed
  * by hand at load (no URL class: it would normalize what the browser sends byte for byte, and no regex comes
  * from the config); a request's `Origin` is then compared as a string, or checked label by label for a pattern.
  */

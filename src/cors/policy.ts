@@ -1,5 +1,5 @@
 /**
- * CORS at the gateway (issue 18): the top-level `cors:` and each route's override compiled at load into a
+ * CORS at the gateway: the top-level `cors:` and each route's override compiled at load into a
  * policy per route, with the headers for each configured origin built once. Tolerant of a bad config (it is
  * also compiled while linting): entries that do not parse are skipped here and reported by lint.ts.
  */

@@ -1,5 +1,5 @@
 /**
- * CORS headers on the answers to actual requests (issue 18). A forwarded response, on a route where the gateway
+ * CORS headers on the answers to actual requests. A forwarded response, on a route where the gateway
  * answers CORS: the upstream's own `Access-Control-*` headers go (one answer, the gateway's), `Origin` joins its
  * `Vary` (once), and the gateway's headers follow. A refusal the gateway writes: its route's headers, or the
  * top-level policy's when no route was found.

@@ -1,4 +1,4 @@
-/** What the schema cannot say about `decision:` (issue 23): problems refuse the config, warnings are logged and printed by `check`. */
+/** What the schema cannot say about `decision:`: problems refuse the config, warnings are logged and printed by `check`. */
 import type { GatewayConfig } from '../config/schema.js'
 import { isLoopbackHost } from '../config/loopback.js'
 import { readable } from '../config/files.js'

@@ -1,5 +1,5 @@
 /**
- * The request a decision is asked for (issue 23), as the proxy in front describes it. Three forms, one per
+ * The request a decision is asked for (`decision:`), as the proxy in front describes it. Three forms, one per
  * endpoint path, and never two at once (two readings of one request are what a caller would use to have one
  * URL authorized and another served):
  *

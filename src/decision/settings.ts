@@ -1,5 +1,5 @@
 /**
- * `decision:` (issue 23) compiled: who may ask for decisions (addresses, a shared secret, client certificates),
+ * `decision:` compiled: who may ask for decisions (addresses, a shared secret, client certificates),
  * and how long a proxy may cache an allowed one. Rebuilt with every runtime, so a reload changes both; the
  * listener itself (`listen`, `tls`) needs a restart.
  */

@@ -1,5 +1,5 @@
 /**
- * Who may ask for a decision (issue 23). The headers that describe the request are exactly what the proxy
+ * Who may ask for a decision (`decision.trust`). The headers that describe the request are exactly what the proxy
  * mode strips from clients: a caller who can send them picks the URL being authorized. Every configured
  * check must pass: the caller's address, the shared secret (compared in constant time), the client
  * certificate's name.

@@ -155,12 +155,12 @@ export class DpopGate {
       try {
         first = await this.replay().firstUse(verified.jkt, verified.jti, verified.iat, settings.maxAgeSeconds + 2 * settings.clockSkewSeconds)
       } catch (error) {
-        throw new DpopRefused('dpop_replay_unavailable', 'the DPoP proof could not be checked for replay', undefined, 503, error)
+        throw new DpopRefused('dpop_replay_unavailable', 'the DPoP proof could not be checked for replay', { status: 503, cause: error })
       }
       if (!first) throw new DpopRefused('dpop_replay', 'the DPoP proof was used before')
       this.options.metrics.validations(issuer, 'dpop').valid++
     } catch (error) {
-      if (error instanceof DpopProofError) throw this.refused(issuer, new DpopRefused(error.reason, error.description, undefined, undefined, undefined, error.useNonce))
+      if (error instanceof DpopProofError) throw this.refused(issuer, new DpopRefused(error.reason, error.description, { useNonce: error.useNonce }))
       throw error instanceof DpopRefused ? this.refused(issuer, error) : error
     }
   }

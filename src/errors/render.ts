@@ -58,12 +58,23 @@ export function errorBody(error: GatewayError): string {
   return JSON.stringify({ error: error.code, error_description: error.description })
 }
 
-/**
- * @param cors the CORS headers of the request's origin on its route (issue 18, src/cors/), when the gateway
- *   answers CORS there: a SPA reads its refusals (and their challenge) too
- */
-export function renderError(res: ServerResponse, error: GatewayError, realm: string, closeConnection = false, resource?: ResourceChallenge,
-  cors?: Readonly<Record<string, string>>): void {
+/** How a refusal is answered, besides its error. */
+export interface Refusal {
+  /** `server.realm`, for the challenge. */
+  readonly realm: string
+  /** End the connection with the answer (a body left unread, another HTTP version). */
+  readonly close?: boolean
+  /** The RFC 9728 metadata of the route's resource, for the challenge. */
+  readonly resource?: ResourceChallenge | undefined
+  /**
+   * The CORS headers of the request's origin on its route (`cors:`), when the gateway answers CORS there: a SPA
+   * reads its refusals (and their challenge) too.
+   */
+  readonly cors?: Readonly<Record<string, string>> | undefined
+}
+
+export function renderError(res: ServerResponse, error: GatewayError, refusal: Refusal): void {
+  const { realm, resource, cors } = refusal
   if (res.headersSent) {
     res.destroy()
     return
@@ -72,7 +83,7 @@ export function renderError(res: ServerResponse, error: GatewayError, realm: str
   const headers = errorHeaders(error, realm, resource)
   if (cors !== undefined) Object.assign(headers, cors)
   headers['content-length'] = String(Buffer.byteLength(body))
-  if (closeConnection) headers.connection = 'close'
+  if (refusal.close) headers.connection = 'close'
   res.writeHead(error.status, headers)
   res.end(body)
 }

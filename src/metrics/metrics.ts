@@ -7,55 +7,24 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { PlainCounter, PlainHistogram } from './plain.js'
 import type { CacheStats, KeySetStats } from './stats.js'
-import type { DpopRefusalReason, InvalidTokenReason } from '../errors/oauth-errors.js'
+import { collectCaches, collectKeySets, collectValidations } from './collectors.js'
+import { INTROSPECTION_OUTCOMES, ValidationCounts, type IntrospectionRecorder, type ValidationMethod } from './validations.js'
+
+export {
+  UNKNOWN_ISSUER, ValidationCounts,
+  type IntrospectionOutcome, type IntrospectionRecorder, type UnavailableReason, type ValidationMethod,
+} from './validations.js'
 
 /** What happened to a request on the proxy path (the `decision` label). */
 export type Decision =
   | 'forwarded'       // the upstream answered (whatever its status)
-  | 'allowed'         // the decision endpoint allowed it: 200 for the proxy in front to forward (issue 23)
+  | 'allowed'         // the decision endpoint allowed it: 200 for the proxy in front to forward (`decision:`)
   | 'denied'          // no token, a bad token, a missing scope: 400/401/403 with a Bearer challenge
   | 'rejected'        // refused before authentication: no route, wrong method, a path trick, too large
-  | 'limited'         // a rate limit policy refused it: 429 (issue 21)
+  | 'limited'         // a rate limit policy refused it: 429 (`rate_limits`)
   | 'unavailable'     // a token could not be checked (issuer keys or introspection down): 503
   | 'upstream_error'  // the upstream refused, failed or was too slow: 502/504
   | 'error'           // a failure of ours: 500
-
-/** How a token was validated (the `method` label). */
-export type ValidationMethod = 'jwt' | 'introspection' | 'embedded' | 'dpop'
-
-/** Why a token could not be checked at all (result `unavailable`), as opposed to refused (result `invalid`). */
-export type UnavailableReason = 'keys_unavailable' | 'introspection_unavailable' | 'internal_error'
-
-const UNAVAILABLE: ReadonlySet<string> = new Set<UnavailableReason | DpopRefusalReason>(['keys_unavailable', 'introspection_unavailable', 'internal_error', 'dpop_replay_unavailable'])
-
-/**
- * The `issuer` label of a token whose issuer is not configured (or that does not decode far enough to
- * name one): never the token's own `iss`, which a client could make up.
- */
-export const UNKNOWN_ISSUER = 'unknown'
-
-/** What one call to an introspection endpoint came to (the `outcome` label). */
-export type IntrospectionOutcome = 'active' | 'inactive' | 'error' | 'timeout'
-
-const INTROSPECTION_OUTCOMES: readonly IntrospectionOutcome[] = ['active', 'inactive', 'error', 'timeout']
-
-/**
- * The validations of one (issuer, method), counted in plain numbers: a JWT cache hit pays one increment,
- * with no label object and no label hash built; {@link Metrics} exports them on scrape.
- */
-export class ValidationCounts {
-  /** Result `valid`, reason `ok` (cache hits included). */
-  valid = 0
-  readonly refused = new Map<InvalidTokenReason | UnavailableReason | DpopRefusalReason, number>()
-  constructor(readonly issuer: string, readonly method: ValidationMethod) {}
-
-  refuse(reason: InvalidTokenReason | UnavailableReason | DpopRefusalReason): void {
-    this.refused.set(reason, (this.refused.get(reason) ?? 0) + 1)
-  }
-}
-
-/** Records one introspection call: its outcome and how long it took. */
-export type IntrospectionRecorder = (outcome: IntrospectionOutcome, seconds: number) => void
 
 /** Methods a route can name; anything else is counted as OTHER, so a client cannot add label values. */
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
@@ -67,6 +36,14 @@ const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 export interface GatewayStats {
   cacheStats(): CacheStats[]
   keySetStats(): KeySetStats[]
+}
+
+/** What a finished request's metrics read of it (the gateway's per-request exchange has it). */
+export interface RequestDone {
+  readonly route: string
+  readonly decision: Decision
+  /** The error code when refused, '' when forwarded. */
+  readonly error: string
 }
 
 export class Metrics {
@@ -85,7 +62,7 @@ export class Metrics {
     'Requests with a valid token refused by a route\'s rules (403), by route id and the rule that failed: scopes.all, scopes.any, claims.all[N] or claims.any.',
     ['route', 'condition'], this.registry)
   readonly rateLimited = new PlainCounter('portcullis_rate_limited_total',
-    'Requests refused with 429 by a rate limit policy (issue 21), by route id and policy name; never by key.',
+    'Requests refused with 429 by a rate limit policy, by route id and policy name; never by key.',
     ['route', 'policy'], this.registry)
   readonly rateLimitStoreErrors = new PlainCounter('portcullis_rate_limit_store_errors_total',
     'Rate limit checks the shared store (Redis) could not answer, by policy and what the policy did: open (let through) or closed (503).',
@@ -98,21 +75,21 @@ export class Metrics {
     help: 'Tokens checked on the proxy path (cache hits included), by issuer, method (jwt, introspection, embedded), result (valid, invalid, unavailable) and reason.',
     labelNames: ['issuer', 'method', 'result', 'reason'] as const,
     registers: [this.registry],
-    collect: () => this.collectValidations(),
+    collect: (): void => collectValidations(this.tokenValidations, this.validationCounts.values()),
   })
   readonly jwksFetches = new Counter({
     name: 'portcullis_jwks_fetches_total',
     help: 'JWKS documents fetched, by issuer and result (success, failure).',
     labelNames: ['issuer', 'result'] as const,
     registers: [this.registry],
-    collect: () => this.collectKeySets(),
+    collect: (): void => collectKeySets(this, this.stats?.keySetStats() ?? []),
   })
   readonly jwksAge = new Gauge({
     name: 'portcullis_jwks_age_seconds',
     help: 'Age of the key set in use, by issuer (absent before its first successful fetch).',
     labelNames: ['issuer'] as const,
     registers: [this.registry],
-    // Several workers (server.workers, issue 24): one scrape shows the oldest.
+    // Several workers (server.workers): one scrape shows the oldest.
     aggregator: 'max',
   })
   readonly jwksKeys = new Gauge({
@@ -140,7 +117,7 @@ export class Metrics {
     help: 'Token cache lookups, by cache (jwt, introspection) and result (hit, miss).',
     labelNames: ['cache', 'result'] as const,
     registers: [this.registry],
-    collect: () => this.collectCaches(),
+    collect: (): void => collectCaches(this, this.stats?.cacheStats() ?? []),
   })
   readonly cacheEvictions = new Counter({
     name: 'portcullis_cache_evictions_total',
@@ -194,7 +171,7 @@ export class Metrics {
   })
 
 
-  /** @param options.worker the worker's id under `server.workers` (issue 24): its process metrics carry it as a label. */
+  /** @param options.worker the worker's id under `server.workers`: its process metrics carry it as a label. */
   constructor(options: { defaultMetrics?: boolean; worker?: number } = {}) {
     // Process metrics (CPU, memory, event loop lag, GC), prefixed like ours; per worker, never summed.
     if (options.defaultMetrics ?? true) {
@@ -209,10 +186,14 @@ export class Metrics {
     this.stats = stats
   }
 
-  /** One request on the proxy path, at the end of its response. */
-  observeRequest(route: string, method: string, status: number, decision: Decision, reason: string, seconds: number): void {
+  /**
+   * One request on the proxy path, at the end of its response: `done.route` ('' before a route matched: `(none)`),
+   * `done.decision` and `done.error` (its code, '' when forwarded).
+   */
+  observeRequest(done: RequestDone, method: string, status: number, seconds: number): void {
+    const route = done.route || '(none)'
     // Every label value is bounded (route ids, methods, statuses, decisions, reasons).
-    this.requests.labels(route, METHODS.has(method) ? method : 'OTHER', String(status), decision, reason).value++
+    this.requests.labels(route, METHODS.has(method) ? method : 'OTHER', String(status), done.decision, done.error).value++
     this.requestDuration.observe(seconds, route)
   }
 
@@ -263,46 +244,5 @@ export class Metrics {
     this.configInfo.reset()
     this.configInfo.set({ sha256 }, 1)
     this.configLoaded.set(loadedAtMs / 1000)
-  }
-
-  private collectValidations(): void {
-    this.tokenValidations.reset()
-    for (const { issuer, method, valid, refused } of this.validationCounts.values()) {
-      // A token of no configured issuer is never valid: no such series, rather than one stuck at 0.
-      if (issuer !== UNKNOWN_ISSUER) this.tokenValidations.inc({ issuer, method, result: 'valid', reason: 'ok' }, valid)
-      for (const [reason, count] of refused) {
-        this.tokenValidations.inc({ issuer, method, result: UNAVAILABLE.has(reason) ? 'unavailable' : 'invalid', reason }, count)
-      }
-    }
-  }
-
-  private collectCaches(): void {
-    const caches = this.stats?.cacheStats() ?? []
-    // Counters kept by the caches themselves, exported as they stand (a reload starts new caches at 0,
-    // which Prometheus' rate() reads as a counter reset).
-    this.cacheLookups.reset()
-    this.cacheEvictions.reset()
-    this.cacheEntries.reset()
-    this.cacheCapacity.reset()
-    for (const cache of caches) {
-      this.cacheLookups.inc({ cache: cache.name, result: 'hit' }, cache.hits)
-      this.cacheLookups.inc({ cache: cache.name, result: 'miss' }, cache.misses)
-      this.cacheEvictions.inc({ cache: cache.name }, cache.evictions)
-      this.cacheEntries.set({ cache: cache.name }, cache.size)
-      this.cacheCapacity.set({ cache: cache.name }, cache.maxEntries)
-    }
-  }
-
-  private collectKeySets(): void {
-    const sets = this.stats?.keySetStats() ?? []
-    this.jwksFetches.reset()
-    this.jwksAge.reset()
-    this.jwksKeys.reset()
-    for (const set of sets) {
-      this.jwksFetches.inc({ issuer: set.issuer, result: 'success' }, set.fetches - set.failures)
-      this.jwksFetches.inc({ issuer: set.issuer, result: 'failure' }, set.failures)
-      this.jwksKeys.set({ issuer: set.issuer }, set.keys)
-      if (set.ageMs !== undefined) this.jwksAge.set({ issuer: set.issuer }, set.ageMs / 1000)
-    }
   }
 }

@@ -1,5 +1,5 @@
 /**
- * RFC 9728 protected resources (issue 18): `resources:` names each resource's identifier and its routes. For
+ * RFC 9728 protected resources: `resources:` names each resource's identifier and its routes. For
  * each, the gateway serves its metadata document at the well-known URL derived from the identifier (§3.1),
  * names that URL in every 401 and `insufficient_scope` challenge of its routes (§5.1), and lets its routes
  * take only tokens issued for it (`aud` contains the identifier, RFC 8707, or one of its `audience`).
@@ -77,7 +77,7 @@ function routeScopes(config: GatewayConfig, routeIds: readonly string[]): string
 }
 
 /**
- * RFC 9728 §2 with RFC 9449 (issue 20): the algorithms a DPoP proof may use on the resource, unless every one
+ * RFC 9728 §2, its DPoP fields (RFC 9449): the algorithms a DPoP proof may use on the resource, unless every one
  * of its routes says `dpop: off`; `dpop_bound_access_tokens_required` when every one says `required`.
  */
 function dpopFields(config: GatewayConfig, routeIds: readonly string[]): Record<string, unknown> {

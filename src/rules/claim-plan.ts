@@ -1,5 +1,5 @@
 /**
- * What the whole config reads of tokens' claims (issue 17), worked out once per load: which top-level claims
+ * What the whole config reads of tokens' claims, worked out once per load: which top-level claims
  * a principal keeps (nothing else of a token stays in the caches), which headers claim mappings set (all
  * removed from every client request), and each issuer's mapping.
  */
@@ -34,10 +34,10 @@ export function compileClaimPlan(config: GatewayConfig, rules: readonly Compiled
       paths.push(header.path)
     }
   })
-  // Rate limit policies keyed on a claim (issue 21) read it from the principal too.
+  // Rate limit policies keyed on a claim (`key: claim:<path>`) read it from the principal too.
   for (const rule of rules) for (const policy of rule.rateLimits ?? []) if (policy.key.kind === 'claim') paths.push(policy.key.path)
   const kept = new Set(paths.map((path) => path.segments[0]!))
-  // A resource's routes take only tokens issued for it (issue 18): they read `aud`.
+  // A resource's routes take only tokens issued for it (RFC 9728, `resources[]`): they read `aud`.
   if (rules.some((rule) => rule.resource !== null)) kept.add('aud')
   return { kept: [...kept].sort(), headerNames: [...names].sort(), byIssuer }
 }

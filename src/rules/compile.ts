@@ -28,7 +28,7 @@ export interface CompiledRule {
   readonly path: string
   /** Per segment: a literal in canonical form, `*` (also for `{name}`) or `**`; `/` is one empty literal (see segments.ts). */
   readonly segments: readonly string[]
-  /** The `{name}` segments of the path (issue 17), where each sits among the request's segments. */
+  /** The `{name}` segments of the path (read by `{ param: name }` claim conditions), where each sits among the request's segments. */
   readonly params: ReadonlyMap<string, ParamPosition>
   /** Per segment: 4 literal, 3 `*`, 1 `**`; compared left to right, higher wins (see {@link compareRank}). */
   readonly rank: readonly number[]
@@ -38,29 +38,29 @@ export interface CompiledRule {
   readonly auth: AuthMode
   readonly scopesAll: readonly string[]
   readonly scopesAny: readonly string[] | null
-  /** `scope_implies:` (issue 19), the same for every route; null when there is none. */
+  /** `scope_implies:`, the same for every route; null when there is none. */
   readonly impliedBy: ImpliedBy | null
-  /** `claims:` (issue 17); null when the route has none. */
+  /** `claims:`; null when the route has none. */
   readonly claims: CompiledConditions | null
-  /** `claim_headers:` (issue 17); null when the route has none. */
+  /** `claim_headers:`; null when the route has none. */
   readonly claimHeaders: readonly ClaimHeader[] | null
-  /** The RFC 9728 resource the route belongs to (`resources[].routes`, issue 18); null when none. */
+  /** The RFC 9728 resource the route belongs to (`resources[].routes`); null when none. */
   readonly resource: CompiledResource | null
   /** What the route's challenges add when it belongs to a resource (its metadata URL, and its scopes on a 401). */
   readonly challenge: ResourceChallenge | null
   readonly maxBodySize: number
-  /** CORS for the requests this route serves (issue 18): null when off (no `cors` anywhere, or `cors: false`). */
+  /** CORS for the requests this route serves (`cors:`): null when off (no `cors` anywhere, or `cors: false`). */
   readonly cors: CorsPolicy | null
-  /** `mcp:` (issue 19): rules by tool, prompt and method for the route's POSTs; null when the route has none. */
+  /** `mcp:`: rules by tool, prompt and method for the route's POSTs; null when the route has none. */
   readonly mcp: CompiledMcp | null
   /**
    * Remove `Authorization` on this route although the header policy keeps it: an `mcp` route when
    * `forward.strip_authorization` is not set (MCP 2026-07-28: the server MUST NOT pass a client's token on).
    */
   readonly stripAuthorization: boolean
-  /** `dpop:` (issue 20): null when the route does not say (its token issuer's mode, else `allowed`, applies). */
+  /** `dpop:` (RFC 9449): null when the route does not say (its token issuer's mode, else `allowed`, applies). */
   readonly dpop: 'required' | 'allowed' | 'off' | null
-  /** Rate limit policies (issue 21): the route's own, else `rate_limits.default`; null when none. */
+  /** Rate limit policies (`rate_limits`): the route's own, else `rate_limits.default`; null when none. */
   readonly rateLimits: readonly CompiledPolicy[] | null
   /** Whether its responses carry the RateLimit-Policy and RateLimit fields (`rate_limit_headers`). */
   readonly rateLimitHeaders: boolean

@@ -1,5 +1,5 @@
 /**
- * Request-target hygiene, before matching (ARCHITECTURE "Normalize"): anything an upstream could read
+ * Request-target hygiene, before matching: anything an upstream could read
  * differently from us is refused, so the path a rule matched is byte for byte the path forwarded.
  */
 import { MalformedRequest } from '../errors/oauth-errors.js'

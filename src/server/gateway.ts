@@ -124,7 +124,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
         const q = url.indexOf('?')
         if (fastifyPaths.size > 0 && fastifyPaths.has(q === -1 ? url : url.slice(0, q))) {
           const problem = requestHeadProblem(req)
-          if (problem) return renderError(res, problem, realm, true)
+          if (problem) return renderError(res, problem, { realm, close: true })
           // The authorization server authenticates its clients from the body: it may come at once.
           if (expectsContinue) res.writeContinue()
           fastifyHandler(req, res)

@@ -11,9 +11,13 @@ export function refuse(ex: Exchange, error: unknown): void {
   const failure = noteFailure(rt, ex, error)
   const res = ex.res!
   // A decision's answer never closes the proxy's connection, and carries no CORS: the proxy's client sees the proxy's.
-  if (ex.mode === 'decision') return renderError(res, failure, rt.realm, false, ex.resourceMetadata)
+  if (ex.mode === 'decision') return renderError(res, failure, { realm: rt.realm, resource: ex.resourceMetadata })
   // A body we did not read must not be read now (it may be 50 MB): close the connection instead; and a
   // client that spoke another HTTP version gets nothing more on this one.
-  renderError(res, failure, rt.realm, (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported,
-    ex.resourceMetadata, rt.cors === null ? undefined : refusalCors(rt.cors, req, ex.cors))
+  renderError(res, failure, {
+    realm: rt.realm,
+    close: (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported,
+    resource: ex.resourceMetadata,
+    cors: rt.cors === null ? undefined : refusalCors(rt.cors, req, ex.cors),
+  })
 }

@@ -33,7 +33,7 @@ export function decisionOf(failure: GatewayError): Decision {
 export function recordRequest(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, seconds: number): void {
   // Not finished: the client went away before the response was complete.
   const status = res.writableFinished ? res.statusCode : 499
-  rt.metrics.observeRequest(outcome.route || '(none)', req.method ?? 'GET', status, outcome.decision, outcome.error, seconds)
+  rt.metrics.observeRequest(outcome, req.method ?? 'GET', status, seconds)
   const span = outcome.span
   // Read before the span ends: an ended span no longer says it is recording.
   const traced = span !== undefined && span.isRecording() ? span.spanContext() : undefined

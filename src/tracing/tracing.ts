@@ -1,5 +1,5 @@
 /**
- * OpenTelemetry traces (issue 22): off by default; on, an OTLP/HTTP exporter and a ratio sampler. Spans are
+ * OpenTelemetry traces (`tracing:`): off by default; on, an OTLP/HTTP exporter and a ratio sampler. Spans are
  * made by hand where the time goes (the gateway request, authentication with its cache outcome, the JWKS
  * fetch, the introspection call, the upstream request, the token endpoint's grants), never by blanket
  * HTTP auto-instrumentation, whose cost in Node is large (measured: README, Performance).

@@ -2,8 +2,8 @@
  * Where a validated authorization request goes next, from /authorize, the login form or the consent
  * form: to the login page (no session, prompt=login, max_age passed), to the consent page (no remembered
  * consent, prompt=consent), or back to the client with a code. And how answers go back to the client:
- * `iss` on every one (RFC 9207, A-10), `state` echoed exactly when it was sent (A-07, A-09), any query of
- * the registered URI kept byte for byte (A-09).
+ * `iss` on every one (RFC 9207 §2), `state` echoed exactly when it was sent (RFC 6749 §4.1.2, §4.1.2.1), any
+ * query of the registered URI kept byte for byte (RFC 6749 §3.1.2).
  */
 import type { FastifyReply } from 'fastify'
 import { ConsentRequired, GatewayError, LoginRequired, ServerError } from '../../errors/oauth-errors.js'
@@ -14,7 +14,7 @@ import { finishInteraction, startInteraction, type AuthorizationRequest } from '
 import { sendErrorPage, sendRedirect } from './page.js'
 import type { BrowserSession } from './session.js'
 
-/** Where the answer goes: the redirect URI, the state to echo, and whether in the fragment (IM-01). */
+/** Where the answer goes: the redirect URI, the state to echo, and whether in the fragment (a refused token-bearing response type). */
 export interface ResponseTarget {
   readonly redirectUri: string
   readonly state?: string
@@ -26,12 +26,12 @@ export function authorizationResponseUrl(ctx: AuthServerContext, target: Respons
   const query = new URLSearchParams(params)
   if (target.state !== undefined) query.set('state', target.state)
   query.set('iss', ctx.settings.issuer)
-  // Appended as text: re-serialising through URL would re-encode the registered query (A-09).
+  // Appended as text: re-serialising through URL would re-encode the registered query (RFC 6749 §3.1.2: it is kept).
   if (target.fragment) return `${target.redirectUri}#${query}`
   return `${target.redirectUri}${target.redirectUri.includes('?') ? '&' : '?'}${query}`
 }
 
-/** An error after the redirect URI is trusted goes back to the client (A-07), with its description. */
+/** An error after the redirect URI is trusted goes back to the client (RFC 6749 §4.1.2.1), with its description. */
 export function sendErrorRedirect(ctx: AuthServerContext, reply: FastifyReply, method: string, target: ResponseTarget,
   error: unknown): FastifyReply {
   const failure = error instanceof GatewayError ? error : new ServerError(error)
@@ -47,7 +47,7 @@ export function pageUrl(ctx: AuthServerContext, page: 'login' | 'consent', inter
 }
 
 /**
- * Whether this session may answer the request without a new login (A-16, OIDC Core §3.1.2.1): it must
+ * Whether this session may answer the request without a new login (OIDC Core §3.1.2.1): it must
  * exist, postdate a prompt=login (`notBefore`, ms), and be younger than max_age.
  */
 export function sessionSatisfies(ctx: AuthServerContext, request: AuthorizationRequest, session: BrowserSession | undefined,
@@ -64,7 +64,7 @@ export function sendAnsweredPage(reply: FastifyReply): FastifyReply {
     'This sign-in request has already been answered. Return to the application to start again.')
 }
 
-/** Mints the code for the logged-in user and sends the success redirect (A-09). */
+/** Mints the code for the logged-in user and sends the success redirect (RFC 6749 §4.1.2). */
 export async function sendCode(ctx: AuthServerContext, reply: FastifyReply, method: string, request: AuthorizationRequest,
   session: BrowserSession): Promise<FastifyReply> {
   const client = await ctx.clients.lookup(request.clientId)
@@ -84,13 +84,18 @@ export async function sendCode(ctx: AuthServerContext, reply: FastifyReply, meth
   return sendRedirect(reply, method, authorizationResponseUrl(ctx, request, { code }))
 }
 
-/**
- * The next step of a validated request: login, consent, or the code. `interactionId` is the interaction
- * already under way, if any (from the login page); `notBefore` its prompt=login instant.
- */
+/** A validated authorization request on its way: the browser's session, and the interaction under way, if any. */
+export interface PendingAuthorization {
+  readonly request: AuthorizationRequest
+  readonly session: BrowserSession | undefined
+  /** The interaction already under way (from the login page), with its prompt=login instant (ms). */
+  readonly interaction?: { readonly id: string; readonly notBefore?: number } | undefined
+}
+
+/** The next step of a validated request: login, consent, or the code. */
 export async function continueAuthorization(ctx: AuthServerContext, reply: FastifyReply, method: string,
-  request: AuthorizationRequest, session: BrowserSession | undefined,
-  interaction: { id: string; notBefore?: number } | undefined): Promise<FastifyReply> {
+  pending: PendingAuthorization): Promise<FastifyReply> {
+  const { request, session, interaction } = pending
   const none = request.prompt.includes('none')
   // max_age=0 is prompt=login (OIDC Core §3.1.2.1): whole-second auth_time could never be "older" than it.
   const forceLogin = request.prompt.includes('login') || request.maxAge === 0

@@ -6,12 +6,12 @@
  */
 import { tokenHash } from '../../authn/token-cache.js'
 import type { AuthServerContext } from '../context.js'
-import { randomToken } from '../tokens.js'
+import { randomToken } from '../random.js'
 
 /** How long a user has to log in and decide (node-oidc-provider's Interaction TTL is one hour; ten minutes here). */
 export const INTERACTION_TTL_SECONDS = 600
 
-/** An authorization request /authorize has validated (every field as checked, A-12). */
+/** An authorization request /authorize has validated (every field as checked; RFC 6749 §4.1.2: what the code is bound to). */
 export interface AuthorizationRequest {
   readonly clientId: string
   readonly redirectUri: string

@@ -1,5 +1,5 @@
 /**
- * The pages' side of brute-force throttling (CA-09, PW-04, DV-04): a locked key gets the page again with
+ * The pages' side of brute-force throttling (RFC 6749 §4.3.2, RFC 8628 §5.1): a locked key gets the page again with
  * 429, `Retry-After`, and a sentence that says how long to wait, instead of the JSON error of /token.
  */
 import type { FastifyReply } from 'fastify'
@@ -7,7 +7,7 @@ import { TooManyAttempts } from '../../errors/oauth-errors.js'
 import type { Attempt, Throttle } from '../context.js'
 
 /**
- * One attempt of `keys`, counted before the page evaluates it (issue 16), when they may try again: the caller
+ * One attempt of `keys`, counted before the page evaluates it (so parallel guesses see each other), when they may try again: the caller
  * keeps it on a failure and releases it on a success. Otherwise the lockout sentence (`Too many <what>. Try
  * again in …`), with Retry-After set.
  */

@@ -1,6 +1,6 @@
 /**
  * The HTML of the embedded server's pages (login, consent, device, errors): rendered on the server, no
- * script, no third-party asset, and every page and redirect behind the headers of checklist A-14 and
+ * script, no third-party asset, and every page and redirect behind the headers of
  * RFC 9700 §4.16 (no framing), §4.2.4 (no Referer leaking a code) and RFC 6749 §5.1 (no caching).
  */
 import { createHash } from 'node:crypto'
@@ -66,7 +66,7 @@ const CSP = [
   "frame-ancestors 'none'",
 ].join('; ')
 
-/** A-14 and G-04 on every browser-facing answer, redirects included. */
+/** No framing, no Referer, no caching (RFC 9700 §4.16, §4.2.4; RFC 6749 §5.1) on every browser-facing answer, redirects included. */
 export function browserHeaders(reply: FastifyReply): FastifyReply {
   return reply
     .header('cache-control', 'no-store')
@@ -115,13 +115,13 @@ export function sendRedirect(reply: FastifyReply, method: string, location: stri
   return browserHeaders(reply).code(method === 'POST' ? 303 : 302).header('location', location).send()
 }
 
-/** The hidden CSRF field every form carries (A-15). */
+/** The hidden CSRF field every form carries (RFC 6749 §10.12). */
 export function csrfField(token: string): SafeHtml {
   return html`<input type="hidden" name="_csrf" value="${token}">`
 }
 
 /**
- * The error handler of every page route: a refused CSRF token (A-15), a body that cannot be read, or a
+ * The error handler of every page route: a refused CSRF token (RFC 6749 §10.12), a body that cannot be read, or a
  * failure of ours, each as a page that says what to do, never a stack.
  */
 export function pageErrorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {

@@ -7,14 +7,14 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { tokenHash } from '../../authn/token-cache.js'
 import type { AuthServerContext } from '../context.js'
-import { randomToken } from '../tokens.js'
+import { randomToken } from '../random.js'
 import type { User } from '../users.js'
 
 import { SESSION_COOKIE } from '../../common/token-formats.js'
 export { CSRF_COOKIE, GATEWAY_COOKIES, SESSION_COOKIE } from '../../common/token-formats.js'
 
 export interface BrowserSession {
-  /** The store id (SHA-256 of the cookie), also the throttling key of the browser (DV-04). */
+  /** The store id (SHA-256 of the cookie), also the throttling key of the browser (RFC 8628 §5.1). */
   readonly id: string
   readonly user: User
   /** Seconds since the epoch: auth_time. */

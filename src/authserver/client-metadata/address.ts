@@ -1,5 +1,5 @@
 /**
- * Issue 19 (Client ID Metadata Documents): where the server may connect to fetch a client's document.
+ * Client ID Metadata Documents: where the server may connect to fetch a client's document.
  * A client_id is anyone's URL, so the fetch is an SSRF vector (draft-ietf-oauth-client-id-metadata-document
  * Security Considerations): every address a host resolves to must be public, and the socket connects to the very addresses
  * that were checked (the lookup below is the one the connection uses: no second resolution to rebind).

@@ -1,5 +1,5 @@
 /**
- * Issue 19: OAuth Client ID Metadata Documents (draft-ietf-oauth-client-id-metadata-document; the MCP
+ * OAuth Client ID Metadata Documents (draft-ietf-oauth-client-id-metadata-document; the MCP
  * authorization spec's preferred way for a client to introduce itself). A client_id that is an https URL
  * with a path names a JSON document the server fetches: the URL → the host allowed → the fetch (SSRF-safe:
  * address.ts; https, no redirects, bounded size and time, JSON only) → the document (its client_id is the
@@ -12,7 +12,8 @@ import { Agent, request } from 'undici'
 import type { AuthorizationServerConfig } from '../../config/schema.js'
 import { parseDuration, parseSize } from '../../config/units.js'
 import { InvalidClient } from '../../errors/oauth-errors.js'
-import { metadataDocumentClient, type RegisteredClient } from '../clients.js'
+import { metadataDocumentClient } from '../clients.js'
+import type { RegisteredClient } from '../registered-client.js'
 import { DEFAULT_REDIRECT_URI_FORMS, formNotAllowed, redirectUriForm, type RedirectUriForm } from '../registration/redirect-uris.js'
 import { systemResolver, resolvePublic, validatingLookup, type Resolver } from './address.js'
 
@@ -28,7 +29,7 @@ export interface ClientMetadataDocumentSettings {
   readonly cacheTtlMaxMs: number
   /** Development only: loopback and private targets, and http on loopback. */
   readonly allowPrivateAddresses: boolean
-  /** `redirect_uris`: the forms a document's redirect URIs may take (registration's, issue 19; localhost only when listed). */
+  /** `redirect_uris`: the forms a document's redirect URIs may take (registration's; localhost only when listed). */
   readonly redirectUriForms: ReadonlySet<RedirectUriForm>
   /** `ca_file`: CAs trusted instead of the system's. */
   readonly caFile?: string

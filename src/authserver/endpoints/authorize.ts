@@ -1,9 +1,9 @@
 /**
- * The authorization endpoint (RFC 6749 §3.1, §4.1.1; checklist §2 and IM-01), GET and form POST alike
- * (A-01). Its steps, in order:
+ * The authorization endpoint (RFC 6749 §3.1, §4.1.1), the code flow only (OAuth 2.1 §10.1), GET and form
+ * POST alike (RFC 6749 §3.1). Its steps, in order:
  * 1. client_id and redirect_uri: until both are known good, every error is a page, never a redirect
- *    (A-02, A-03, A-05): redirecting there would make us an open redirector (RFC 9700 §4.11.2).
- * 2. Everything else is checked, and its errors go back to the client (A-07, A-08).
+ *    (RFC 6749 §4.1.2.1): redirecting there would make us an open redirector (RFC 9700 §4.11.2).
+ * 2. Everything else is checked, and its errors go back to the client (RFC 6749 §4.1.2.1).
  * 3. The validated request goes on to login, consent or the code (browser/flow.ts).
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
@@ -16,7 +16,7 @@ import type { AuthorizationRequest } from '../browser/interaction.js'
 import { pageErrorHandler, sendErrorPage, sendPage, html } from '../browser/page.js'
 import { matchRedirectUri } from '../browser/redirect-uri.js'
 import { readSession } from '../browser/session.js'
-import type { RegisteredClient } from '../clients.js'
+import type { RegisteredClient } from '../registered-client.js'
 import type { AuthServerContext } from '../context.js'
 import { isForm } from '../http.js'
 import { requestedResources } from '../resource.js'
@@ -35,7 +35,7 @@ const JKT = /^[A-Za-z0-9_-]{43}$/
 function parametersOf(request: FastifyRequest): Parameters {
   const params = new Map<string, string[]>()
   const add = (name: string, value: unknown) => {
-    // G-06: an empty value counts as omitted.
+    // RFC 6749 §3.1: a parameter sent without a value counts as omitted.
     if (typeof value === 'string' && value !== '') params.set(name, [...(params.get(name) ?? []), value])
   }
   if (request.method === 'POST') {
@@ -68,25 +68,34 @@ function errorPage(reply: FastifyReply, message: string): FastifyReply {
     `${message}. The application that sent you here may be misconfigured; nothing was sent back to it.`)
 }
 
-/** Step 2: the rest of the request, checked in the order of A-08; throws what goes back to the client. */
-function validate(ctx: AuthServerContext, params: Parameters, client: RegisteredClient, redirectUri: string, wasSent: boolean,
-  state: string | undefined): AuthorizationRequest {
+/** What step 1 established: the client, the redirect URI its answer goes to, and the state to echo there. */
+interface TrustedRedirect {
+  readonly client: RegisteredClient
+  readonly redirectUri: string
+  /** Whether redirect_uri was sent: /token then requires the same one (RFC 6749 §4.1.3). */
+  readonly redirectUriWasSent: boolean
+  readonly state: string | undefined
+}
+
+/** Step 2: the rest of the request, in a fixed order (the first error found is the one reported); throws what goes back to the client. */
+function validate(ctx: AuthServerContext, params: Parameters, trusted: TrustedRedirect): AuthorizationRequest {
+  const { client, redirectUri, redirectUriWasSent, state } = trusted
   const { clientId } = client
   if (params.has('request')) throw new RequestNotSupported()
   if (params.has('request_uri')) throw new RequestUriNotSupported()
   const responseType = one(params, 'response_type')
   if (responseType === undefined) throw new InvalidRequest('response_type is required')
-  // IM-01, OAuth 2.1 §10.1: only the code flow; no token ever travels in the front channel (A-11).
+  // OAuth 2.1 §10.1: only the code flow; no token ever travels in the front channel.
   if (responseType !== 'code') throw new UnsupportedResponseType(`response_type ${JSON.stringify(responseType.slice(0, 50))} is not supported`)
   const responseMode = one(params, 'response_mode')
   if (responseMode !== undefined && responseMode !== 'query') throw new InvalidRequest('response_mode must be query')
   if (!client.grantTypes.has('authorization_code')) throw new UnauthorizedClient(`client ${clientId} may not use authorization_code`)
-  // The seed: state is always used against CSRF; a client may opt out (require_state: false).
+  // RFC 6749 §10.12: state is required against CSRF; a client may opt out (`require_state: false`).
   if (state === undefined && client.requireState) throw new InvalidRequest('state is required')
   const scope = grantScope(one(params, 'scope'), client.scopes)
-  // RFC 8707 §2.1: repeatable (G-06); each must be configured, exactly, or it is invalid_target.
+  // RFC 8707 §2.1: repeatable, unlike every other parameter; each must be configured, exactly, or it is invalid_target.
   const resource = requestedResources(params.get('resource') ?? [], ctx.settings.resourceIndicators)
-  // PKCE (A-08, PK-01, PK-06): S256 only; a challenge without a method would be plain (RFC 7636 §4.3).
+  // PKCE (RFC 9700 §2.1.1): S256 only; a challenge without a method would be plain (RFC 7636 §4.3).
   const codeChallenge = one(params, 'code_challenge')
   const method = one(params, 'code_challenge_method')
   if (codeChallenge === undefined) {
@@ -110,7 +119,7 @@ function validate(ctx: AuthServerContext, params: Parameters, client: Registered
   return {
     clientId,
     redirectUri,
-    redirectUriWasSent: wasSent,
+    redirectUriWasSent,
     ...(state !== undefined && { state }),
     scope,
     ...(resource !== undefined && { resource }),
@@ -124,14 +133,14 @@ function validate(ctx: AuthServerContext, params: Parameters, client: Registered
 
 async function authorize(ctx: AuthServerContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
   const params = parametersOf(request)
-  // Step 1 (A-02, A-03, A-05): pages only.
+  // Step 1 (RFC 6749 §4.1.2.1): pages only.
   const clientId = single(params, 'client_id')
   if (typeof clientId === 'object') return errorPage(reply, 'The client_id parameter is repeated')
   let client: RegisteredClient | undefined
   try {
     client = clientId === undefined ? undefined : await ctx.clients.lookup(clientId)
   } catch (error) {
-    // Issue 19: a client_id metadata document that could not be fetched or used. Its redirect URIs are unknown: a page.
+    // A Client ID Metadata Document that could not be fetched or used. Its redirect URIs are unknown: a page.
     if (error instanceof InvalidClient) {
       request.log.info({ clientId, reason: error.internal.detail }, 'client_id metadata document refused')
       return errorPage(reply, 'The application\'s client ID metadata document could not be used (invalid_client)')
@@ -147,21 +156,21 @@ async function authorize(ctx: AuthServerContext, request: FastifyRequest, reply:
     request.log.info({ clientId, reason: redirect.reason }, 'authorization request refused with an error page')
     return errorPage(reply, 'The address to return to is not registered for this application')
   }
-  // Step 2: from here on the client hears of every error, with its state and our iss (A-07, A-10).
+  // Step 2: from here on the client hears of every error, with its state and our iss (RFC 9207 §2).
   const stateValue = single(params, 'state')
   const state = typeof stateValue === 'string' && stateValue.length <= MAX_STATE ? stateValue : undefined
   const responseType = single(params, 'response_type')
   const target: ResponseTarget = {
     redirectUri: redirect.redirectUri,
     ...(state !== undefined && { state }),
-    // IM-01 [DECISION]: a token-bearing response type's default mode is the fragment, so its refusal goes there.
+    // A token-bearing response type's default mode is the fragment (OAuth 2.0 Multiple Response Type Encoding Practices), so its refusal goes there.
     fragment: typeof responseType === 'string' && /(^| )(token|id_token)( |$)/.test(responseType),
   }
   let validated: AuthorizationRequest
   try {
     if (typeof stateValue === 'object') throw new InvalidRequest('the parameter state is repeated')
     if (stateValue !== undefined && state === undefined) throw new InvalidRequest('state is too long')
-    validated = validate(ctx, params, client, redirect.redirectUri, redirect.wasSent, state)
+    validated = validate(ctx, params, { client, redirectUri: redirect.redirectUri, redirectUriWasSent: redirect.wasSent, state })
   } catch (error) {
     return sendErrorRedirect(ctx, reply, request.method, target, error)
   }
@@ -169,7 +178,7 @@ async function authorize(ctx: AuthServerContext, request: FastifyRequest, reply:
   try {
     // A registered client that sent a valid request is in use: it no longer expires unused.
     await client.dynamic?.recordUse()
-    return await continueAuthorization(ctx, reply, request.method, validated, await readSession(ctx, request), undefined)
+    return await continueAuthorization(ctx, reply, request.method, { request: validated, session: await readSession(ctx, request) })
   } catch (error) {
     return sendErrorRedirect(ctx, reply, request.method, target, error)
   }

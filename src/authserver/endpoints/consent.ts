@@ -1,6 +1,6 @@
 /**
- * The consent page (checklist A-14, A-15, DV-05 for the browser flow): names the client and what each
- * scope gives it, and asks the logged-in user to allow or deny; "remember" saves the decision for this
+ * The consent page of the browser flow (never framed, RFC 9700 §4.16; CSRF-protected, RFC 6749 §10.12):
+ * names the client and what each scope gives it, and asks the logged-in user to allow or deny; "remember" saves the decision for this
  * user and client (browser/consent.ts). The answer consumes the interaction, so it counts once, and
  * goes back to the client as a 303 (RFC 9700 §4.12): a code, or access_denied.
  */
@@ -12,7 +12,7 @@ import { findInteraction, finishInteraction, type AuthorizationRequest } from '.
 import { csrfField, html, pageErrorHandler, sendErrorPage, sendPage, sendRedirect, type SafeHtml } from '../browser/page.js'
 import { isLocalRedirectUri } from '../browser/redirect-uri.js'
 import { readSession, type BrowserSession } from '../browser/session.js'
-import type { RegisteredClient } from '../clients.js'
+import type { RegisteredClient } from '../registered-client.js'
 import type { AuthServerContext } from '../context.js'
 import { parseForm } from '../http.js'
 
@@ -46,20 +46,20 @@ function destination(redirectUri: string): string {
   return `an application on this device (${url.protocol})`
 }
 
-/** Issue 19: a dynamically registered client chose its own name (the device page shows this too). */
+/** A dynamically registered client (RFC 7591) chose its own name (the device page shows this too). */
 export function unverifiedNotice(name: string, redirectUri?: string): SafeHtml {
   return html`<p class="alert"><strong>${name}</strong> registered itself with this server: its name is not verified.
 Continue only if you started this from that application${redirectUri !== undefined && html`; it will receive the answer at <strong>${destination(redirectUri)}</strong>`}.</p>`
 }
 
-/** Issue 19: a client known by its metadata document is the host that serves it, and no more than that. */
+/** A client known by its Client ID Metadata Document is the host that serves it, and no more than that. */
 function documentNotice(host: string, redirectUri: string): SafeHtml {
   return html`<p class="alert">This application is identified only by <strong>${host}</strong>, the site that describes it; its name is not verified.
 Continue only if you started this from that application; it will receive the answer at <strong>${destination(redirectUri)}</strong>.</p>`
 }
 
 /**
- * Issue 19, MCP 2026-07-28 Security Considerations ("Localhost Redirect URI Risks"): a client that introduced
+ * MCP 2026-07-28 Security Considerations ("Localhost Redirect URI Risks"): a client that introduced
  * itself and can only be answered on this computer may be any program running here, or one an attacker
  * started with a link; the user is the only one who can tell. YAML clients are the operator's: no warning.
  */
@@ -103,7 +103,7 @@ async function load(ctx: AuthServerContext, request: FastifyRequest, id: string 
   const interaction = await findInteraction(ctx, id)
   if (!interaction || interaction.kind !== 'authorize' || id === undefined) return undefined
   const session = await readSession(ctx, request)
-  // A-16: logged out, or not freshly enough for prompt=login / max_age, since the request began.
+  // OIDC Core §3.1.2.1: logged out, or not freshly enough for prompt=login / max_age, since the request began.
   if (!sessionSatisfies(ctx, interaction.request, session, interaction.notBefore)) return { redirect: pageUrl(ctx, 'login', id) }
   return { request: interaction.request, session, id }
 }

@@ -1,9 +1,9 @@
 /**
- * The device verification page (RFC 8628 §3.3; checklist DV-01..DV-05): the user logs in, types the code
+ * The device verification page (RFC 8628 §3.3): the user logs in, types the code
  * the device shows (any case, with or without the dash), sees which client asks for what, and approves
  * or denies. `verification_uri_complete` only pre-fills the code: approval is always a separate, explicit
  * POST (§5.4, remote phishing). Wrong codes count per browser session and per address, each from before
- * it is looked up; five in five minutes lock the form (DV-04, §5.1: 20^8 codes are only about 2^34.6).
+ * it is looked up; five in five minutes lock the form (§5.1: 20^8 codes are only about 2^34.6).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { startInteraction } from '../browser/interaction.js'
@@ -61,7 +61,7 @@ async function submit(ctx: AuthServerContext, request: FastifyRequest, reply: Fa
   const form = parseForm(request.body)
   const input = (form.get('user_code') ?? '').slice(0, MAX_INPUT)
   const decision = form.get('decision')
-  // Issue 16: counted before the code is looked up, so parallel guesses get no more lookups than the allowance.
+  // Counted before the code is looked up, so parallel guesses get no more lookups than the allowance.
   const attempt = await reserveAttempt(ctx.userCodeThrottle, [`session:${session.id}`, `ip:${request.ip}`], reply, 'wrong codes')
   if (typeof attempt === 'string') return sendEntryPage(ctx, reply, session, { status: 429, error: attempt })
   const found = await evaluate(ctx, session, input, decision).catch((error: unknown) => {
@@ -69,7 +69,7 @@ async function submit(ctx: AuthServerContext, request: FastifyRequest, reply: Fa
     throw error
   })
   if (!found) {
-    // DV-03: unknown, expired and used codes all read the same, and each counts as a failure.
+    // Unknown, expired and used codes all read the same, and each counts as a failure.
     attempt.keep()
     return sendEntryPage(ctx, reply, session, {
       status: 400, userCode: input, error: 'That code is not valid or has expired. Check the code on your device and try again.',
@@ -79,7 +79,7 @@ async function submit(ctx: AuthServerContext, request: FastifyRequest, reply: Fa
   if (decision === undefined) {
     const client = await ctx.clients.lookup(found.clientId)
     const name = client?.name ?? found.clientId
-    // DV-01, DV-05: what the device asks for, and an explicit choice.
+    // RFC 8628 §5.4: what the device asks for, and an explicit choice.
     const body = html`<p>Signed in as <strong>${session.user.username}</strong>.</p>
 ${client?.dynamic !== undefined && unverifiedNotice(name)}
 <p>The device showing <strong class="code">${found.userCode}</strong> wants to act as <strong>${name}</strong> and:</p>
@@ -111,7 +111,7 @@ export function registerDevicePage(app: FastifyInstance, ctx: AuthServerContext)
   const path = `${ctx.settings.prefix}/device`
   app.get(path, { errorHandler: pageErrorHandler }, async (request, reply) => {
     const raw = (request.query as Record<string, unknown>).user_code
-    // Pre-fill only (DV-01): shown in the form as issued when it parses, as typed (bounded) otherwise.
+    // Pre-fill only (RFC 8628 §3.3.1): shown in the form as issued when it parses, as typed (bounded) otherwise.
     const userCode = typeof raw === 'string' && raw !== '' ? normalizeUserCode(raw) ?? raw.slice(0, MAX_INPUT) : undefined
     const session = await readSession(ctx, request)
     if (!session) return sendLogin(ctx, reply, userCode)

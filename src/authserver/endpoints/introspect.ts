@@ -1,13 +1,13 @@
 /**
- * RFC 7662 introspection (checklist §6): confidential callers only (IN-01); every inactive case is
- * exactly `{"active":false}` (IN-03); an active token is shown only to its own client or to a client in
- * its audience (IN-06), with the token's own claims (IN-04).
+ * RFC 7662 introspection: confidential callers only (§2.1); every inactive case is exactly
+ * `{"active":false}` (§2.2); an active token is shown only to its own client or to a client in its
+ * audience (§4), with the token's own claims (§2.2).
  */
 import type { FastifyInstance } from 'fastify'
 import { InvalidClient, InvalidRequest } from '../../errors/oauth-errors.js'
 import { authenticateClient } from '../client-auth.js'
 import type { AuthServerContext } from '../context.js'
-import { tokenTypeOf } from '../dpop.js'
+import { tokenTypeOf } from '../tokens.js'
 import { noStore, parseForm, refuseOtherMethods, rejectCredentialsInQuery, sendOAuthError } from '../http.js'
 import { findToken } from '../token-lookup.js'
 
@@ -28,7 +28,7 @@ export function registerIntrospection(app: FastifyInstance, ctx: AuthServerConte
       if (!found) return reply.send(INACTIVE)
       if (found.type === 'refresh_token') {
         const record = found.record
-        // IN-04: a refresh token is visible to its own client only, and has no token_type.
+        // A refresh token is visible to its own client only, and has no token_type.
         if (record.clientId !== client.clientId) return reply.send(INACTIVE)
         return reply.send(JSON.stringify({
           active: true, scope: record.scope.join(' '), client_id: record.clientId, sub: record.sub,

@@ -1,6 +1,6 @@
 /**
- * GET {issuer}/jwks (checklist §8): the published signing keys, public members only. The JWKS may be
- * cached by clients, but for much less than the rotation publish delay (JW-05): a new key must be in
+ * GET {issuer}/jwks: the published signing keys, public members only (RFC 7517 §4). The JWKS may be
+ * cached by clients, but for much less than `signing.rotation_publish_delay` (OIDC Core §10.1.1): a new key must be in
  * every cached copy before the first token signed with it goes out.
  */
 import type { FastifyInstance } from 'fastify'
@@ -15,7 +15,7 @@ export function jwksMaxAgeSeconds(publishDelayMs: number): number {
 export function registerJwks(app: FastifyInstance, ctx: AuthServerContext): string[] {
   const path = `${ctx.settings.prefix}/jwks`
   servePublicDocument(app, path, {
-    // RFC 7517 §8.5; o4w accepts it as well as application/json (JW-01).
+    // RFC 7517 §8.5; oauth4webapi accepts it as well as application/json.
     contentType: 'application/jwk-set+json',
     maxAgeSeconds: jwksMaxAgeSeconds(ctx.settings.publishDelayMs),
     body: () => JSON.stringify(ctx.keys.jwks()),

@@ -1,8 +1,8 @@
 /**
- * The login page (checklist A-14..A-16): a form for username and password, reached from /authorize or
+ * The login page: a form for username and password, reached from /authorize or
  * /device with an interaction id. A failed login says the same for an unknown user and a wrong password,
  * in the same time (UserDirectory.verify), and counts against the username and the address in the same
- * throttle as the token endpoint (CA-09, PW-04), from before the password is checked (issue 16); past the
+ * throttle as the token endpoint (RFC 6749 §4.3.2), from before the password is checked; past the
  * limit the form answers 429 with a lockout message. A success starts a new session (browser/session.ts)
  * and continues the interaction.
  */
@@ -92,8 +92,11 @@ async function login(ctx: AuthServerContext, request: FastifyRequest, reply: Fas
     const query = interaction.userCode !== undefined ? `?user_code=${encodeURIComponent(interaction.userCode)}` : ''
     return sendRedirect(reply, 'POST', `${ctx.settings.prefix}/device${query}`)
   }
-  return continueAuthorization(ctx, reply, 'POST', interaction.request, session,
-    { id: interactionId, ...(interaction.notBefore !== undefined && { notBefore: interaction.notBefore }) })
+  return continueAuthorization(ctx, reply, 'POST', {
+    request: interaction.request,
+    session,
+    interaction: { id: interactionId, ...(interaction.notBefore !== undefined && { notBefore: interaction.notBefore }) },
+  })
 }
 
 /** Mounts GET and POST `${prefix}/login`; returns its path. */

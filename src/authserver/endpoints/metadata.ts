@@ -1,8 +1,8 @@
 /**
- * Authorization server metadata (checklist §7): RFC 8414 at `/.well-known/oauth-authorization-server` with
+ * Authorization server metadata: RFC 8414 at `/.well-known/oauth-authorization-server` with
  * the issuer's path appended (the well-known segment is inserted, §3.1), and OpenID Connect Discovery at
  * `{issuer}/.well-known/openid-configuration` (appended, §4). Both documents are the same JSON, built once:
- * a client must find the same values whichever it reads (RFC 9068 §4, MD-04).
+ * a client must find the same values whichever it reads (RFC 9068 §4).
  */
 import type { FastifyInstance } from 'fastify'
 import { GRANT_TYPES, type GrantType } from '../../config/schema.js'
@@ -11,7 +11,7 @@ import type { AuthServerContext } from '../context.js'
 import { servePublicDocument } from './public-document.js'
 
 /**
- * What the embedded server serves, so the metadata never advertises what is not there (MD-03, MD-04).
+ * What the embedded server serves, so the metadata never advertises what is not there (RFC 8414 §2).
  * `/token`, `/revoke`, `/introspect` and `/jwks` are always mounted and always listed; the rest appear
  * only when their name is in the set:
  * - `authorization`: authorization_endpoint, response_types_supported, response_modes_supported,
@@ -20,10 +20,10 @@ import { servePublicDocument } from './public-document.js'
  * - `device_authorization`: device_authorization_endpoint (RFC 8628);
  * - `id_token`: ID tokens are issued (OpenID Connect): id_token_signing_alg_values_supported, claims_supported;
  * - `grant:<grant_type>` (e.g. `grant:client_credentials`): that grant, in grant_types_supported; `password`
- *   is listed only if, besides, some client is registered for it (checklist PW-01);
+ *   is listed only if, besides, some client is registered for it (RFC 9700 §2.4: not to be used otherwise);
  * - `registration`: registration_endpoint (RFC 7591 §3; RFC 8414 §2), and the scopes clients may register
  *   for in scopes_supported;
- * - `client_metadata_documents`: client_id_metadata_document_supported (issue 19), and those clients' scopes;
+ * - `client_metadata_documents`: client_id_metadata_document_supported (Client ID Metadata Documents), and those clients' scopes;
  * - `dpop`: dpop_signing_alg_values_supported (RFC 9449 §5.1), the algorithms `dpop.algorithms` accepts.
  */
 export interface ImplementedEndpoints {
@@ -37,13 +37,13 @@ export interface ImplementedEndpoints {
 
 const TOKEN_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none']
 
-/** RFC 8414 §2 (MD-04): an empty array is left out rather than sent. */
+/** RFC 8414 §2: an empty array is left out rather than sent. */
 const nonEmpty = (name: string, values: readonly unknown[]) => (values.length > 0 ? { [name]: values } : {})
 
 function metadataDocument(ctx: AuthServerContext, { implemented, protectedResources = [] }: ImplementedEndpoints): Record<string, unknown> {
   const { settings } = ctx
   const has = (name: string) => implemented.has(name)
-  // MD-04: every URL absolute, under the issuer's origin and path.
+  // Every URL absolute, under the issuer's origin and path.
   const base = new URL(settings.issuer).origin + settings.prefix
   const grants = GRANT_TYPES.filter((grant: GrantType) =>
     has(`grant:${grant}`) && (grant !== 'password' || settings.grantTypes.has('password')))
@@ -52,7 +52,7 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
     ...(has('client_metadata_documents') ? settings.clientMetadataDocuments?.scopes ?? [] : [])])]
   const authorization = has('authorization')
   return {
-    // G-01 / MD-02: the configured string itself, byte for byte.
+    // RFC 8414 §3.3: the configured string itself, byte for byte.
     issuer: settings.issuer,
     ...(authorization && { authorization_endpoint: `${base}/authorize` }),
     token_endpoint: `${base}/token`,
@@ -70,12 +70,12 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
     ...nonEmpty('grant_types_supported', grants),
     token_endpoint_auth_methods_supported: TOKEN_AUTH_METHODS,
     revocation_endpoint_auth_methods_supported: TOKEN_AUTH_METHODS,
-    // IN-01: introspection is for authenticated callers only.
+    // RFC 7662 §2.1: introspection is for authenticated callers only.
     introspection_endpoint_auth_methods_supported: TOKEN_AUTH_METHODS.filter((method) => method !== 'none'),
     // RFC 9700 §2.1.1: how clients find out PKCE is supported.
     ...(authorization && { code_challenge_methods_supported: ['S256'] }),
     subject_types_supported: ['public'],
-    // OIDC Discovery §3: RS256 MUST be listed; without this member o4w accepts RS256 ID tokens only. These
+    // OIDC Discovery §3: RS256 MUST be listed; without this member oauth4webapi accepts RS256 ID tokens only. These
     // are exactly the algs keys.ts holds keys for, so every alg a client can be given (id-token.ts).
     ...(has('id_token') && { id_token_signing_alg_values_supported: [...new Set([settings.algorithm, 'RS256'])] }),
     // OIDC Discovery §3 (RECOMMENDED): the ID token's claims and the standard claims /userinfo releases.
@@ -96,7 +96,7 @@ export function registerMetadata(app: FastifyInstance, ctx: AuthServerContext, e
     `${ctx.settings.prefix}/.well-known/openid-configuration`,
   ]
   for (const path of paths) {
-    // MD-05 [DECISION]: five minutes; the document changes only with the configuration.
+    // Five minutes; the document changes only with the configuration.
     servePublicDocument(app, path, { contentType: 'application/json', maxAgeSeconds: 300, body: () => body, issuer: ctx.settings.issuer })
   }
   return paths

@@ -1,7 +1,7 @@
 /**
  * A document anyone may fetch (the metadata and the JWKS): GET and HEAD, cacheable by shared caches,
- * CORS for every origin (checklist G-12, MD-05). Other methods get 405 with `Allow: GET, HEAD`; OPTIONS
- * answers a CORS preflight. Never a redirect (G-08): only the exact path is registered.
+ * CORS for every origin. Other methods get 405 with `Allow: GET, HEAD`; OPTIONS answers a CORS preflight.
+ * Never a redirect (strict clients fetch with `redirect: 'manual'`): only the exact path is registered.
  */
 import type { FastifyInstance } from 'fastify'
 import { MethodNotAllowed } from '../../errors/oauth-errors.js'

@@ -1,5 +1,5 @@
 /**
- * Dynamic client registration at `{issuer}/register` when `registration.enabled` (issue 19):
+ * Dynamic client registration (RFC 7591, RFC 7592) at `{issuer}/register` when `registration.enabled`:
  * - POST, a JSON body (RFC 7591 §3.1): the initial access token when one is configured (before the body is
  *   read) → the registrations allowed per address → the metadata against the policy (registration/policy.ts)
  *   → a new client: 201 with its information (§3.2.1), its client_secret and registration access token
@@ -86,7 +86,7 @@ export function registerRegistration(app: FastifyInstance, ctx: AuthServerContex
   const path = `${prefix}/register`
   const { registrations, throttle } = options
 
-  /** RFC 7591 §3: a wrong initial access token counts as a failed authentication of the address (CA-09). */
+  /** RFC 7591 §3: a wrong initial access token counts as a failed authentication of the address (`throttling`). */
   async function checkInitialAccessToken(request: FastifyRequest): Promise<void> {
     const expected = settings.initialAccessToken
     if (expected === undefined) return
@@ -165,7 +165,7 @@ export function registerRegistration(app: FastifyInstance, ctx: AuthServerContex
       handler: register,
     })
     scope.route({ method: ['GET', 'DELETE'], url: path, handler: manage })
-    // Browser apps register too (an MCP client in a web page); no cookie is involved, so `*` is safe (G-12).
+    // Browser apps register too (an MCP client in a web page); no cookie is involved, so `*` is safe.
     scope.options(path, (_request, reply) => sendCorsPreflight(reply, METHODS))
     // RFC 7592 §2.2: update is not supported.
     scope.route({ method: ['PUT', 'PATCH'], url: path, handler: (_request, reply) => sendError(reply, new MethodNotAllowed(METHODS), issuer) })

@@ -1,7 +1,7 @@
 /**
- * RFC 7009 token revocation (checklist §5): the caller authenticates (public clients name themselves),
+ * RFC 7009 token revocation: the caller authenticates (public clients name themselves),
  * and the answer is 200 with an empty body for anything that is not an error of the request itself —
- * unknown, expired, already revoked, or another client's token (RV-04, RV-06: no oracle).
+ * unknown, expired, already revoked (§2.2), or another client's token (§2.1 allows refusing; 200 is no oracle).
  */
 import type { FastifyInstance } from 'fastify'
 import { InvalidRequest } from '../../errors/oauth-errors.js'
@@ -23,10 +23,10 @@ export function registerRevocation(app: FastifyInstance, ctx: AuthServerContext)
       const found = await findToken(ctx, token, form.get('token_type_hint'))
       if (found && found.record.clientId === client.clientId) {
         if (found.type === 'refresh_token') {
-          // RV-03: revoking a refresh token ends its grant, access tokens included.
+          // RFC 7009 §2.1: revoking a refresh token ends its grant, access tokens included.
           await revokeGrant(ctx, found.record.grantId, 'refresh token revoked')
         } else {
-          // RV-02 / RV-07: an access token alone; its refresh token lives on.
+          // An access token alone, at once (a JWT's jti is deny-listed); its refresh token lives on.
           await ctx.store.destroy('access_token', found.id)
           if (found.record.format === 'jwt') await ctx.revocations.revokeJti(found.record.jti, found.record.exp)
           else ctx.revocations.revokeHash(found.id)

@@ -1,7 +1,7 @@
 /**
- * The token endpoint (checklist §3): POST only, form body, no credentials in the query, then grant_type
+ * The token endpoint (RFC 6749 §3.2): POST only, form body, no credentials in the query, then grant_type
  * → client authentication → the client's registration → its DPoP proof, if any (RFC 9449 §5, dpop.ts) →
- * the grant module. Every answer, success or error, is no-store (G-04); errors are 400 except
+ * the grant module. Every answer, success or error, is no-store (RFC 6749 §5.1, §5.2); errors are 400 except
  * invalid_client (401), throttling (429) and a store that cannot answer (503). With `dpop.nonce` on, every
  * answer carries a `DPoP-Nonce` (§8), so a client always holds a fresh one.
  */
@@ -21,7 +21,7 @@ import { formPostGuard, noStore, parseForm, refuseOtherMethods, sendOAuthError }
 /** The `client_id` label of every dynamically registered client in portcullis_tokens_issued_total (docs/metrics.md). */
 const DYNAMIC_CLIENT_LABEL = '(dynamic)'
 
-/** RFC 8707 allows several `resource` parameters; every other repeated parameter is invalid_request (G-06). */
+/** RFC 8707 allows several `resource` parameters; every other repeated parameter is invalid_request (RFC 6749 §3.2). */
 const REPEATABLE = new Set(['resource'])
 
 /**
@@ -56,7 +56,7 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
     ? async (_request, reply) => { reply.header('dpop-nonce', nonces.current()) }
     : undefined
 
-  /** Implemented, and some client is registered for it: otherwise unsupported (T-02, PW-01). */
+  /** Implemented, and some client is registered for it: otherwise unsupported_grant_type (RFC 6749 §5.2). */
   function grantFor(grantType: string): GrantHandler {
     const handler = grants.get(grantType)
     // RFC 9700 §2.1.2: implicit is never a token-endpoint grant, whatever is registered.
@@ -68,7 +68,7 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
 
   // Credentials in the URI or a body that is not a form are refused before the body is read.
   app.post(path, { onRequest: sendNonce ? [sendNonce, formPostGuard(issuer)] : formPostGuard(issuer) }, async (request, reply) => {
-    // Issue 22: the grant in a SERVER span (the grant type, never the client's credentials or the tokens).
+    // OpenTelemetry: the grant in a SERVER span (the grant type, never the client's credentials or the tokens).
     const span = tracing()?.startRequest(request.raw).span
     if (span !== undefined) reply.raw.once('close', () => endHttpSpan(span, reply.raw.statusCode))
     try {
@@ -90,7 +90,7 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       const dpop = await checkTokenRequestProof(ctx, request, client, tokenEndpoint)
       const body = await handler.handle({ form, client, ip: request.ip, audience, dpop, ctx })
       // client_id is a label only once authenticated: it is then one from the config, never made up. Registered
-      // clients (issue 19) share one value: their ids are random and unbounded in number.
+      // clients (RFC 7591) share one value: their ids are random and unbounded in number.
       ctx.metrics.tokensIssued.inc({ grant_type: handler.grantType, client_id: client.dynamic ? DYNAMIC_CLIENT_LABEL : client.clientId })
       await auditIssued(ctx, request, handler.grantType, client.clientId, body)
       return noStore(reply).code(200).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))

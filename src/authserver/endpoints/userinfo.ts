@@ -1,9 +1,9 @@
 /**
- * OIDC Core §5.3 /userinfo (checklist §10): a Bearer-protected resource of the embedded server, not an
- * RFC 6749 endpoint, so its errors carry the RFC 6750 challenge with the issuer as realm (UI-02, UI-03).
+ * OIDC Core §5.3 /userinfo: a Bearer-protected resource of the embedded server, not an RFC 6749
+ * endpoint, so its errors carry the RFC 6750 §3 challenge with the issuer as realm (OIDC Core §5.3.3).
  * The token comes from the Authorization header (GET or POST) or a form `access_token` (POST, RFC 6750
- * §2.2); a query `access_token` is ignored (OAuth 2.1 §5.1), never a third method (UI-01). Only the
- * claims of the granted scopes are returned (OIDC Core §5.4, UI-04).
+ * §2.2); a query `access_token` is ignored (OAuth 2.1 §5.1), never a third method. Only the
+ * claims of the granted scopes are returned (OIDC Core §5.4).
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { extractBearerToken } from '../../authn/bearer.js'
@@ -33,7 +33,7 @@ function sendUserinfoError(reply: FastifyReply, error: unknown, issuer: string):
   return reply.send(JSON.stringify({ error: failure.code, error_description: failure.description }))
 }
 
-/** UI-01: exactly one of the header and (POST only) the form parameter; the query is never read. */
+/** RFC 6750 §2: exactly one of the header and (POST only) the form parameter; the query is never read. */
 function tokenOf(request: FastifyRequest): string {
   const fromHeader = extractBearerToken(request.raw, MAX_TOKEN_SIZE)
   const fromForm = request.method === 'POST' ? parseForm(request.body).get('access_token') : undefined

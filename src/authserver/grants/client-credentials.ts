@@ -1,13 +1,13 @@
 /**
- * grant_type=client_credentials (checklist §3.4): confidential clients only (CC-01), a scope within the
- * client's registration or all of it when omitted, never `openid` (CC-02), no refresh token (CC-03), and
- * the client is its own subject (CC-04, RFC 9068 §2.2).
+ * grant_type=client_credentials (RFC 6749 §4.4): confidential clients only, a scope within the client's
+ * registration or all of it when omitted, never `openid`, no refresh token (§4.4.3), and the client is its
+ * own subject (RFC 9068 §2.2).
  */
 import { InvalidScope, UnauthorizedClient } from '../../errors/oauth-errors.js'
 import { grantScope, parseScope } from '../scope.js'
 import type { GrantHandler } from './grant.js'
 
-/** OIDC scopes describe a user; a client acting for itself has none (CC-02). */
+/** OIDC scopes describe a user; a client acting for itself has none. */
 const OPENID = 'openid'
 
 export const clientCredentialsGrant: GrantHandler = {
@@ -24,6 +24,6 @@ export const clientCredentialsGrant: GrantHandler = {
     const scope = grantScope(requested, [...client.scopes].filter((name) => name !== OPENID))
     const grant = await ctx.tokens.startGrant(client, client.clientId, scope, { refreshable: false })
     // RFC 8707 §2.2: any resource clients may ask for; without one, the configured audience.
-    return ctx.tokens.respond(client, grant, scope, false, resource ?? ctx.settings.audience, dpop?.jkt)
+    return ctx.tokens.respond(client, grant, { scope, withRefresh: false, audience: resource ?? ctx.settings.audience, jkt: dpop?.jkt })
   },
 }

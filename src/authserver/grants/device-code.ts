@@ -1,17 +1,18 @@
 /**
- * grant_type=urn:ietf:params:oauth:grant-type:device_code (RFC 8628 §3.4, §3.5; checklist DC-01..DC-06):
- * a device polls with its device_code until the user has decided. The answers, in the order checked:
- * unknown or another client's → invalid_grant (DC-05); past expires_in → expired_token, before anything
- * else (DC-04); denied → access_denied; pending → authorization_pending (DC-02), or slow_down when polled
- * sooner than the interval, which then grows by 5 s for good (DC-03); approved → tokens, once (DC-06).
+ * grant_type=urn:ietf:params:oauth:grant-type:device_code (RFC 8628 §3.4, §3.5): a device polls with its
+ * device_code until the user has decided. The answers, in the order checked: unknown or another client's →
+ * invalid_grant; past expires_in → expired_token, before anything else; denied → access_denied; pending →
+ * authorization_pending, or slow_down when polled sooner than the interval, which then grows by 5 s for
+ * good (§3.5); approved → tokens, once.
  */
 import type { VerifiedProof } from '../../dpop/proof.js'
-import type { RegisteredClient } from '../clients.js'
+import type { RegisteredClient } from '../registered-client.js'
 import type { AuthServerContext } from '../context.js'
 import { AccessDenied, AuthorizationPending, ExpiredToken, InvalidGrant, InvalidRequest, SlowDown } from '../../errors/oauth-errors.js'
 import {
-  DEVICE_CODE_GRANT_TYPE, SLOW_DOWN_STEP_SECONDS, findDeviceCode, linkGrant, recordPoll, redeemDeviceCode, type DeviceCodeRecord,
+  SLOW_DOWN_STEP_SECONDS, findDeviceCode, linkGrant, recordPoll, redeemDeviceCode, type DeviceCodeRecord,
 } from '../device.js'
+import { DEVICE_CODE_GRANT_TYPE } from '../grant-types.js'
 import { withIdToken } from '../id-token.js'
 import { audienceWithin } from '../resource.js'
 import { revokeGrant } from '../revoke-grant.js'
@@ -19,14 +20,14 @@ import type { TokenResponseBody } from '../tokens.js'
 import type { GrantHandler } from './grant.js'
 
 /**
- * DC-06: the approved code becomes a grant, exactly once. The grant is linked to the code only once its
+ * The approved code becomes a grant, exactly once. The grant is linked to the code only once its
  * tokens are out: a poll that finds the code redeemed and linked is a replay, and revokes the grant; one
  * that finds it redeemed but not yet linked lost a race with the redeeming poll, and gets nothing.
  */
 async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: RegisteredClient,
   audience: readonly string[], dpop: VerifiedProof | undefined): Promise<TokenResponseBody> {
   if (record.redeemed) {
-    // [DECISION] as node-oidc-provider's consumeGrantSource: a replayed device_code may have leaked.
+    // As node-oidc-provider's consumeGrantSource: a replayed device_code may have leaked, so its grant is revoked.
     if (record.grantId !== undefined) {
       await revokeGrant(ctx, record.grantId, 'device_code replay')
       ctx.audit.emit('device_code.replay_detected', {
@@ -35,15 +36,15 @@ async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: 
     }
     throw new InvalidGrant('device_code already redeemed')
   }
-  // As RT-09: a user removed from the config since the approval gets nothing.
+  // As at refresh: a user removed from the config since the approval gets nothing.
   if (record.sub === undefined || !ctx.users.findBySub(record.sub)) throw new InvalidGrant('the approving user no longer exists')
   // Of parallel polls, the atomic consume lets exactly one through.
   if (!(await redeemDeviceCode(ctx, record))) throw new InvalidGrant('device_code already being redeemed')
   const grant = await ctx.tokens.startGrant(client, record.sub, record.scope,
     { authTime: record.authTime, refreshable: client.grantTypes.has('refresh_token'), resource: record.resource, jkt: dpop?.jkt })
-  // ID-01: an ID token when openid was approved; auth_time is the approving login's, and there is no nonce.
+  // OIDC Core §3.1.3.3: an ID token when openid was approved; auth_time is the approving login's, and there is no nonce.
   const body = await withIdToken(ctx, { client, grant, scope: record.scope },
-    await ctx.tokens.respond(client, grant, record.scope, true, audience, dpop?.jkt))
+    await ctx.tokens.respond(client, grant, { scope: record.scope, withRefresh: true, audience, jkt: dpop?.jkt }))
   await linkGrant(ctx, record, grant.grantId)
   return body
 }
@@ -56,7 +57,7 @@ export const deviceCodeGrant: GrantHandler = {
     if (deviceCode === undefined) throw new InvalidRequest('device_code is required')
     const record = await findDeviceCode(ctx, deviceCode)
     if (!record) throw new InvalidGrant('unknown device_code')
-    // DC-05: another client's code says nothing about itself (not even that it expired).
+    // Another client's code says nothing about itself (not even that it expired).
     if (record.clientId !== client.clientId) throw new InvalidGrant(`device_code of another client, presented by ${client.clientId}`)
     const now = ctx.now()
     if (record.expiresAt * 1000 <= now) throw new ExpiredToken()

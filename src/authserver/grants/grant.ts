@@ -1,7 +1,7 @@
 /** A grant type is one module: its name, the parameters it reads, and `handle` (STYLE §5). */
 import type { GrantType } from '../../config/schema.js'
 import type { VerifiedProof } from '../../dpop/proof.js'
-import type { RegisteredClient } from '../clients.js'
+import type { RegisteredClient } from '../registered-client.js'
 import type { AuthServerContext } from '../context.js'
 import type { Form } from '../http.js'
 import type { TokenResponseBody } from '../tokens.js'

@@ -1,9 +1,10 @@
 /**
- * grant_type=refresh_token (checklist §3.3): rotation on every use (RT-03), scope may narrow but never widen
- * and the new refresh token keeps the grant's scope (RT-06), and so do RFC 8707 resources (§2.2), the grant's
- * absolute lifetime is never extended (RT-08), and with openid still in scope a new ID token (RT-07).
+ * grant_type=refresh_token (RFC 6749 §6): rotation on every use (RFC 9700 §4.14.2), scope may narrow but
+ * never widen and the new refresh token keeps the grant's scope (RFC 6749 §6), and so do RFC 8707 resources
+ * (§2.2), the grant's absolute lifetime is never extended, and with openid still in scope a new ID token
+ * (OIDC Core §12.2).
  *
- * Reuse (RT-04, RT-05; RFC 9700 §4.14.2): a rotation is one atomic step of the store, the old token consumed
+ * Reuse (RFC 9700 §4.14.2): a rotation is one atomic step of the store, the old token consumed
  * and the new tokens written together, so of parallel refreshes exactly one rotates and answers 200. Any
  * other presentation of a rotated-out token is reuse and revokes the whole grant, the tokens just issued
  * included: the server cannot tell a thief who refreshed first from the client, and a lost race looks the
@@ -20,7 +21,7 @@
 import { tokenHash } from '../../authn/token-cache.js'
 import type { VerifiedProof } from '../../dpop/proof.js'
 import { InvalidGrant, InvalidRequest } from '../../errors/oauth-errors.js'
-import type { RegisteredClient } from '../clients.js'
+import type { RegisteredClient } from '../registered-client.js'
 import type { AuthServerContext } from '../context.js'
 import { withIdToken } from '../id-token.js'
 import { openSuccessor, requestBinding, sealSuccessor } from '../refresh-successor.js'
@@ -57,7 +58,7 @@ function reuseGraceMs(ctx: AuthServerContext, client: RegisteredClient): number 
 
 /**
  * A rotated-out refresh token came back. Within the grace, the same request while the new refresh token is
- * unused gets the rotation's response again; anything else is reuse, and the grant dies (RT-04).
+ * unused gets the rotation's response again; anything else is reuse, and the grant dies (RFC 9700 §4.14.2).
  */
 async function presentedAgain(request: Presentation, stored: FoundRefreshToken, consumedAt: number): Promise<TokenResponseBody> {
   const { ctx, client, id, ip } = request
@@ -88,17 +89,17 @@ export const refreshTokenGrant: GrantHandler = {
     const id = tokenHash(presented)
     const stored = await ctx.store.find('refresh_token', id) as FoundRefreshToken | undefined
     if (!stored) throw new InvalidGrant('unknown, expired or revoked refresh token')
-    // RT-02: another client's refresh token says nothing about itself to this client.
+    // RFC 6749 §6: another client's refresh token says nothing about itself to this client.
     if (stored.clientId !== client.clientId) throw new InvalidGrant('refresh token of another client')
     checkBinding(stored, dpop)
-    // RT-06, checked before anything is consumed: a refused scope leaves the refresh token usable. So does a
+    // The scope (RFC 6749 §6), checked before anything is consumed: a refused scope leaves the refresh token usable. So does a
     // resource outside the grant's (RFC 8707 §2.2: invalid_target); without one, the grant's resources.
     const scope = grantScope(form.get('scope'), stored.scope)
     const audience = audienceWithin(ctx.settings, stored.resource, resource)
     const request: Presentation = { ctx, client, presented, id, binding: requestBinding(scope, audience, dpop?.jkt), ip }
     if (stored.consumedAt !== undefined) return presentedAgain(request, stored, stored.consumedAt)
     if (stored.grantExpiresAt <= Math.floor(ctx.now() / 1000)) throw new InvalidGrant('the grant has ended')
-    // RT-09: a user or client removed from the config can no longer refresh.
+    // A user or client removed from the config can no longer refresh.
     if (stored.sub !== client.clientId && !ctx.users.findBySub(stored.sub)) throw new InvalidGrant('the user no longer exists')
 
     // Everything the rotation hands out is made first, then stored in the step that consumes the old token.
@@ -111,7 +112,7 @@ export const refreshTokenGrant: GrantHandler = {
     }
     const access = ctx.tokens.mintAccessToken(grant, scope, audience, dpop?.jkt)
     const refresh = ctx.tokens.mintRefreshToken(grant)
-    // RT-07: an ID token when the narrowed scope still holds openid; the grant keeps sub and auth_time, and
+    // An ID token when the narrowed scope still holds openid; the grant keeps sub and auth_time, and
     // there is no nonce (that belonged to the authorization request, OIDC Core §12.2).
     const body = await withIdToken(ctx, { client, grant, scope },
       { access_token: access.token, token_type: access.tokenType, expires_in: access.expiresIn, scope: scope.join(' '), refresh_token: refresh.token })

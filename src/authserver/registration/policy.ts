@@ -9,8 +9,8 @@ import type { AuthorizationServerConfig, GrantType } from '../../config/schema.j
 import { GRANT_TYPES } from '../../config/schema.js'
 import { parseDuration } from '../../config/units.js'
 import { InvalidClientMetadata, InvalidRedirectUri } from '../../errors/oauth-errors.js'
-import type { SigningAlgorithm } from '../context.js'
-import { DEVICE_CODE_GRANT_TYPE } from '../device.js'
+import type { SigningAlgorithm } from '../../common/token-formats.js'
+import { DEVICE_CODE_GRANT_TYPE } from '../grant-types.js'
 import { parseScope } from '../scope.js'
 import { DEFAULT_REDIRECT_URI_FORMS, formNotAllowed, redirectUriForm, type RedirectUriForm } from './redirect-uris.js'
 

@@ -1,7 +1,8 @@
 /**
- * Which redirect URIs a client may register for itself (RFC 7591 §2, RFC 8252 §7, RFC 9700 §2.6,
- * checklist A-06), and of which form: a loopback IP literal over http (any port is then accepted when
- * redirecting, RFC 8252 §7.3), `http://localhost` (the same, issue 19; allowed only where configured),
+ * Which redirect URIs a client may register for itself (RFC 6749 §3.1.2, RFC 7591 §2, RFC 8252 §7,
+ * RFC 9700 §2.6), and of which form: a loopback IP literal over http (any port is then accepted when
+ * redirecting, RFC 8252 §7.3), `http://localhost` (the same, as MCP clients use it; allowed only where
+ * `registration.policy.redirect_uris` lists it),
  * https, or a private-use scheme named after a reverse domain (RFC 8252 §7.1). Stricter than the YAML's
  * check (config/lint-authserver.ts): the registrant is anyone, so the URI must be exactly one string a
  * browser and browser/redirect-uri.ts read the same way.

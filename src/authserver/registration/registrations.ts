@@ -10,7 +10,8 @@
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import { hashSecret } from '../../crypto/secret-hash.js'
-import { dynamicClient, type DynamicClientSource, type RegisteredClient } from '../clients.js'
+import { dynamicClient } from '../clients.js'
+import type { DynamicClientSource, RegisteredClient } from '../registered-client.js'
 import type { StorageAdapter } from '../storage/adapter.js'
 import type { ClientMetadata, RegistrationSettings } from './policy.js'
 
@@ -42,7 +43,7 @@ export interface NewRegistration {
 }
 
 const digest = (value: string) => createHash('sha256').update(value).digest()
-/** 256 bits from the CSPRNG in base64url: the unreserved alphabet, so Basic form-encoding changes nothing (checklist §14.7). */
+/** 256 bits from the CSPRNG in base64url: the unreserved alphabet, so Basic form-encoding changes nothing (RFC 6749 §2.3.1: servers that forget to decode still match). */
 const randomSecret = () => randomBytes(32).toString('base64url')
 
 export class Registrations implements DynamicClientSource {

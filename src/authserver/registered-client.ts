@@ -1,0 +1,38 @@
+/** A client as every endpoint and grant sees it, wherever it was registered (the YAML, RFC 7591, a metadata document). */
+import type { GrantType } from '../config/schema.js'
+import type { SigningAlgorithm } from '../common/token-formats.js'
+
+export type ClientAuthMethod = 'client_secret_basic' | 'client_secret_post' | 'none'
+
+export interface RegisteredClient {
+  readonly clientId: string
+  readonly name: string
+  readonly authMethod: ClientAuthMethod
+  readonly confidential: boolean
+  readonly grantTypes: ReadonlySet<GrantType>
+  readonly scopes: ReadonlySet<string>
+  readonly redirectUris: readonly string[]
+  readonly requireState: boolean
+  readonly requirePkce: boolean
+  readonly firstParty: boolean
+  /** `refresh_token_reuse_grace` in ms: this client's own reuse grace, over the server's (settings.ts). */
+  readonly refreshReuseGraceMs?: number
+  /** `id_token_signed_response_alg`: RS256 when omitted (OIDC Registration §2), as strict clients assume. */
+  readonly idTokenAlg: SigningAlgorithm
+  /** `dpop_bound_access_tokens` (RFC 9449 §5.2): every token request must carry a DPoP proof. */
+  readonly dpopBoundAccessTokens: boolean
+  /** Compares a presented secret with the registered one (plain from ${ENV}, or an scrypt hash). */
+  verifySecret(secret: string): Promise<boolean>
+  /** Set for a client that registered itself (RFC 7591): its name is its own claim, never verified. */
+  readonly dynamic?: {
+    /** Records that the client was used (it then outlives `registration.unused_expiry`); once, then a no-op. */
+    recordUse(): Promise<void>
+  }
+  /** Set for a client described by its Client ID Metadata Document: identified by the document's host, nothing more. */
+  readonly metadataDocument?: { readonly host: string }
+}
+
+/** Where dynamically registered clients come from (registration/registrations.ts), and metadata documents (client-metadata/). */
+export interface DynamicClientSource {
+  client(clientId: string): Promise<RegisteredClient | undefined>
+}
