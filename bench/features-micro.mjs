@@ -12,7 +12,9 @@
 //   limit     (issue 21) a rate limit per client in memory: the check and its RateLimit fields
 import { compileRules } from '../dist/rules/compile.js'
 import { authorize } from '../dist/authz/scopes.js'
-import { buildUpstreamHeaders, createHeaderPolicy, responseHeaderList } from '../dist/forward/upstream-headers.js'
+import { buildUpstreamHeaders } from '../dist/forward/upstream-headers.js'
+import { createHeaderPolicy } from '../dist/forward/header-policy.js'
+import { responseHeaderList } from '../dist/forward/response-headers.js'
 import { compileClaimPlan } from '../dist/rules/claim-plan.js'
 import { splitPath } from '../dist/rules/segments.js'
 import { corsAnswer } from '../dist/cors/policy.js'

@@ -44,3 +44,10 @@ export function reservedHeaderNames(forward: ForwardConfig | undefined): Readonl
     'cache-control', 'expires', 'set-cookie', 'www-authenticate', 'location', 'retry-after', 'allow', 'ratelimit', 'ratelimit-policy',
     'x-accel-redirect', 'x-accel-expires', 'x-accel-buffering', 'x-accel-limit-rate', 'x-accel-charset'])
 }
+
+/** RFC 9110 §7.6.1: the header fields a Connection header names are hop-by-hop too. */
+export function connectionListed(connection: string | string[] | undefined): Set<string> | undefined {
+  if (connection === undefined || connection === 'keep-alive' || connection === 'close') return undefined
+  const names = (Array.isArray(connection) ? connection.join(',') : connection).toLowerCase().split(',')
+  return new Set(names.map((name) => name.trim()))
+}

@@ -4,14 +4,13 @@
  * method or URL override headers, minus the gateway's own cookies; then ours.
  */
 import type { IncomingMessage } from 'node:http'
-import type { ForwardConfig } from '../config/schema.js'
 import type { Principal } from '../common/principal.js'
 import type { ClaimHeader } from '../claims/headers.js'
 import { readClaim } from '../claims/path.js'
 import { GATEWAY_COOKIES } from '../common/token-formats.js'
 import { InvalidToken } from '../errors/oauth-errors.js'
-import { FieldStrings } from './field-strings.js'
-import { FORWARDED, HOP_BY_HOP, identityNames, STRIPPED_HEADERS } from '../common/header-names.js'
+import { connectionListed } from '../common/header-names.js'
+import type { HeaderPolicy } from './header-policy.js'
 export { DEFAULT_IDENTITY_HEADERS, reservedHeaderNames, STRIPPED_HEADERS } from '../common/header-names.js'
 
 export type OutgoingHeaders = Record<string, string | string[]>
@@ -21,51 +20,6 @@ export type OutgoingHeaders = Record<string, string | string[]>
  * name appears once, except one the client sent as several fields node keeps apart (`set-cookie`).
  */
 export type HeaderList = string[]
-
-export interface HeaderPolicy {
-  readonly removed: ReadonlySet<string>
-  /** `issuers[].claim_headers`, by issuer; null when no issuer maps any. */
-  readonly issuerClaimHeaders: ReadonlyMap<string, readonly ClaimHeader[]> | null
-  readonly subject: string
-  readonly clientId: string
-  readonly scopes: string
-  readonly issuer: string
-  readonly trustForwarded: boolean
-  readonly tls: boolean
-}
-
-/**
- * @param claimHeaders every header any `claim_headers` names (removed from every request, as identity
- *   headers are), and the issuers' mappings
- */
-/** @param alsoRemoved more request headers not to forward (`dpop` unless `dpop.forward_proof`) */
-export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: boolean,
-  claimHeaders: { names: readonly string[]; byIssuer: ReadonlyMap<string, readonly ClaimHeader[]> } = { names: [], byIssuer: new Map() },
-  alsoRemoved: readonly string[] = []): HeaderPolicy {
-  const identity = identityNames(forward)
-  const trustForwarded = forward?.trust_forwarded_headers ?? false
-  const removed = new Set([...HOP_BY_HOP, ...identity, ...STRIPPED_HEADERS, ...(forward?.strip_headers ?? []).map((name) => name.toLowerCase()),
-    ...(trustForwarded ? [] : FORWARDED), ...claimHeaders.names, ...alsoRemoved])
-  if (forward?.strip_authorization) removed.add('authorization')
-  return {
-    removed,
-    issuerClaimHeaders: claimHeaders.byIssuer.size > 0 ? claimHeaders.byIssuer : null,
-    subject: identity[0]!,
-    clientId: identity[1]!,
-    scopes: identity[2]!,
-    issuer: identity[3]!,
-    trustForwarded,
-    tls,
-  }
-}
-
-/**
- * The names of the request headers the gateway adds (forwarding, identity, the claim headers `claimHeaderNames`,
- * the trace context): the same on every request, so entered once in undici's table of known names (known-names.ts).
- */
-export function addedHeaderNames(policy: HeaderPolicy, claimHeaderNames: readonly string[]): string[] {
-  return [...FORWARDED, policy.subject, policy.clientId, policy.scopes, policy.issuer, ...claimHeaderNames, 'traceparent', 'tracestate']
-}
 
 /**
  * A claim copied into an identity header must read as one value to every parser: visible ASCII with inner
@@ -257,37 +211,3 @@ export function setIdentityHeaders(out: OutgoingHeaders, principal: Principal, p
 }
 
 /** The strings of one field at a time (field-strings.ts): responseHeaderList runs to the end before the next call. */
-const FIELD = new FieldStrings()
-
-const RESPONSE_HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade',
-  'proxy-authenticate', 'proxy-authorization'])
-
-/**
- * Upstream response headers, as undici hands them over (name, value, name, value, … in Buffers), minus
- * hop-by-hop ones, as the flat list `writeHead` takes: names lower-cased, repeated fields kept apart.
- * Node sets its own framing.
- */
-export function responseHeaderList(raw: readonly Buffer[]): string[] {
-  const out: string[] = []
-  let connection: string | undefined
-  const field = FIELD
-  for (let i = 0; i < raw.length; i += 2) {
-    field.read(raw[i]!, raw[i + 1]!)
-    const lower = field.name
-    const value = field.value
-    if (lower === 'connection') connection = connection === undefined ? value : `${connection},${value}`
-    if (!RESPONSE_HOP_BY_HOP.has(lower)) out.push(lower, value)
-  }
-  const alsoRemoved = connectionListed(connection)
-  if (!alsoRemoved) return out
-  const kept: string[] = []
-  for (let i = 0; i < out.length; i += 2) if (!alsoRemoved.has(out[i]!)) kept.push(out[i]!, out[i + 1]!)
-  return kept
-}
-
-/** RFC 9110 §7.6.1: the header fields a Connection header names are hop-by-hop too. */
-function connectionListed(connection: string | string[] | undefined): Set<string> | undefined {
-  if (connection === undefined || connection === 'keep-alive' || connection === 'close') return undefined
-  const names = (Array.isArray(connection) ? connection.join(',') : connection).toLowerCase().split(',')
-  return new Set(names.map((name) => name.trim()))
-}

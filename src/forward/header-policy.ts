@@ -1,0 +1,53 @@
+/**
+ * What the gateway does to request headers, decided once per config (`forward`): which of the client's are
+ * removed (hop-by-hop per RFC 9110 §7.6.1, spoofable identity and forwarding headers, `forward.strip_headers`)
+ * and under which names the identity headers are set (`forward.identity_headers`).
+ */
+import type { ForwardConfig } from '../config/schema.js'
+import type { ClaimHeader } from '../claims/headers.js'
+import { FORWARDED, HOP_BY_HOP, identityNames, STRIPPED_HEADERS } from '../common/header-names.js'
+
+export interface HeaderPolicy {
+  readonly removed: ReadonlySet<string>
+  /** `issuers[].claim_headers`, by issuer; null when no issuer maps any. */
+  readonly issuerClaimHeaders: ReadonlyMap<string, readonly ClaimHeader[]> | null
+  readonly subject: string
+  readonly clientId: string
+  readonly scopes: string
+  readonly issuer: string
+  readonly trustForwarded: boolean
+  readonly tls: boolean
+}
+
+/**
+ * @param claimHeaders every header any `claim_headers` names (removed from every request, as identity
+ *   headers are), and the issuers' mappings
+ */
+/** @param alsoRemoved more request headers not to forward (`dpop` unless `dpop.forward_proof`) */
+export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: boolean,
+  claimHeaders: { names: readonly string[]; byIssuer: ReadonlyMap<string, readonly ClaimHeader[]> } = { names: [], byIssuer: new Map() },
+  alsoRemoved: readonly string[] = []): HeaderPolicy {
+  const identity = identityNames(forward)
+  const trustForwarded = forward?.trust_forwarded_headers ?? false
+  const removed = new Set([...HOP_BY_HOP, ...identity, ...STRIPPED_HEADERS, ...(forward?.strip_headers ?? []).map((name) => name.toLowerCase()),
+    ...(trustForwarded ? [] : FORWARDED), ...claimHeaders.names, ...alsoRemoved])
+  if (forward?.strip_authorization) removed.add('authorization')
+  return {
+    removed,
+    issuerClaimHeaders: claimHeaders.byIssuer.size > 0 ? claimHeaders.byIssuer : null,
+    subject: identity[0]!,
+    clientId: identity[1]!,
+    scopes: identity[2]!,
+    issuer: identity[3]!,
+    trustForwarded,
+    tls,
+  }
+}
+
+/**
+ * The names of the request headers the gateway adds (forwarding, identity, the claim headers `claimHeaderNames`,
+ * the trace context): the same on every request, so entered once in undici's table of known names (known-names.ts).
+ */
+export function addedHeaderNames(policy: HeaderPolicy, claimHeaderNames: readonly string[]): string[] {
+  return [...FORWARDED, policy.subject, policy.clientId, policy.scopes, policy.issuer, ...claimHeaderNames, 'traceparent', 'tracestate']
+}
