@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Portcullis container: multi-stage, on the current Node.js LTS, runs as the unprivileged `node` user (1000).
-# deploy/build-image.sh builds it (docker, or buildah) and runs it; test/container.test.ts replays these steps
+# deploy/build-image.sh builds it (docker, or buildah) and runs it; test/e2e/container.test.ts replays these steps
 # outside any engine: keep one instruction per line, exec-form (JSON) ENTRYPOINT, CMD and HEALTHCHECK, and no
 # line continuations.
 

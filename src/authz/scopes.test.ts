@@ -8,7 +8,7 @@ function principal(scopes: string[]): Principal {
   return { issuer: 'https://issuer.example/', subject: 'user-1', clientId: 'client-1', scopes, expiresAt: undefined, jti: undefined }
 }
 
-/** requireScopes reads only the scope fields of a rule (no `scope_implies` here: scope-implies.test.ts). */
+/** requireScopes reads only the scope fields of a rule (no `scope_implies` here: test/authz/scope-implies.test.ts). */
 function rule(scopesAll: string[], scopesAny: string[] | null = null): CompiledRule {
   return { scopesAll, scopesAny, impliedBy: null } as Partial<CompiledRule> as CompiledRule
 }

@@ -6,7 +6,7 @@
  *   and none of them is a credential (the path without its query, bounded codes, a request id of safe
  *   characters). No string is made per line (building it as text cost 3–4 µs a request, most of it in
  *   joining and flattening strings). It is the same JSON pino would write for `log.info(entry, msg)`, byte
- *   for byte: test/log-output.test.ts compares the two.
+ *   for byte: test/server/log-output.test.ts compares the two.
  * - Request lines are held until the end of the event-loop turn (setImmediate) and written together: under
  *   load one write carries the lines of every request that finished in that turn. pino's own lines go
  *   through {@link LogOutput.write}, which writes out the held request lines first, so the output keeps

@@ -1,6 +1,6 @@
 /**
  * A minimal browser for the embedded server's pages, over fetch: a cookie jar, manual redirects, and
- * the hidden fields of the last form. The Chromium suite (test/e2e-browser.test.ts) is the real one;
+ * the hidden fields of the last form. The Chromium suite (test/e2e/browser.test.ts) is the real one;
  * this one lets the checklist suites drive login and consent quickly and see every status and header.
  */
 import { expect } from 'vitest'

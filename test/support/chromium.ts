@@ -1,5 +1,5 @@
 /**
- * Debian's Chromium, driven by playwright-core, for test/e2e-browser.test.ts: one browser per file, a
+ * Debian's Chromium, driven by playwright-core, for test/e2e/browser.test.ts: one browser per file, a
  * fresh context (cookie jar) per test. Without /usr/bin/chromium the suite is skipped, with the reason in
  * its title; under CI it is not: every test fails with the error below, so a runner that lost its
  * browser can never report the suite as passed (or as merely skipped).

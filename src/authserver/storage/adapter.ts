@@ -1,7 +1,7 @@
 /**
  * The one storage interface of the embedded authorization server (STYLE §5). Every adapter (memory for
  * unit tests, SQLite by default, Redis for several instances) passes the same contract suite
- * (test/storage-contract.test.ts). Values are JSON objects; ids are opaque strings the server chooses
+ * (test/authserver/storage/contract.test.ts). Values are JSON objects; ids are opaque strings the server chooses
  * (token hashes, jtis, kids, codes) and never raw refresh tokens.
  */
 

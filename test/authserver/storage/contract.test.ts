@@ -1,0 +1,31 @@
+import { randomUUID } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { describe, onTestFinished } from 'vitest'
+import { createMemoryAdapter } from '../../../src/authserver/storage/memory.js'
+import { createRedisAdapter } from '../../../src/authserver/storage/redis.js'
+import { createSqliteAdapter } from '../../../src/authserver/storage/sqlite.js'
+import { deleteKeys } from '../../support/redis.js'
+import { describeStorageContract, type StorageFactory } from '../../support/storage-contract.js'
+
+describeStorageContract('memory', createMemoryAdapter)
+
+describeStorageContract('sqlite', (options) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-store-'))
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }))
+  return createSqliteAdapter(path.join(dir, 'portcullis.db'), options)
+})
+
+const REDIS_URL = process.env.REDIS_URL
+
+/** A prefix of its own per test (one hash tag, as in production), its keys deleted afterwards. */
+const redisFactory: StorageFactory = async (options) => {
+  const prefix = `{portcullis-contract-${randomUUID()}}:`
+  onTestFinished(() => deleteKeys(REDIS_URL!, prefix))
+  return createRedisAdapter(REDIS_URL!, { ...options, prefix, purgeIntervalMs: 0 })
+}
+
+if (REDIS_URL !== undefined) describeStorageContract('redis', redisFactory)
+// Reported as skipped, every case by name, rather than silently left out.
+else describe.skip('redis storage adapter contract (REDIS_URL is not set)', () => describeStorageContract('redis', redisFactory))
