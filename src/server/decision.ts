@@ -8,19 +8,20 @@
 import { performance } from 'node:perf_hooks'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { hasBody } from '../forward/request-body.js'
-import { Exchange, runStages } from './exchange.js'
+import { openExchange, runStages } from './exchange.js'
 import { refuse } from './refuse.js'
 import { recordRequest } from './request-record.js'
 import type { GatewayRuntime } from './runtime.js'
-import { DECISION_STAGES } from './stages.js'
+import type { StageLists } from './stages.js'
 
 export class DecisionEndpoint {
-  constructor(private readonly source: { readonly runtime: GatewayRuntime }) {}
+  constructor(private readonly source: { readonly runtime: GatewayRuntime; readonly stages: StageLists }) {}
 
   readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const rt = this.source.runtime
+    const stages = this.source.stages.decision
     const started = performance.now()
-    const ex = new Exchange(rt, req, res, 'decision')
+    const ex = openExchange(rt, req, res, 'decision')
     rt.inflight++
     // A decision reads no body: one that comes anyway is not read either, and the connection ends with the answer.
     if (hasBody(req)) res.shouldKeepAlive = false
@@ -29,7 +30,7 @@ export class DecisionEndpoint {
       recordRequest(rt, req, res, ex, (performance.now() - started) / 1000)
     })
     try {
-      runStages(DECISION_STAGES, ex)?.catch((error: unknown) => refuse(ex, error))
+      runStages(stages, ex)?.catch((error: unknown) => refuse(ex, error))
     } catch (error) {
       refuse(ex, error)
     }

@@ -14,19 +14,19 @@ import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
 import { splitRequestTarget } from '../rules/normalize.js'
 import { splitPath } from '../rules/segments.js'
 import { tracing } from '../tracing/tracing.js'
-import { Exchange, runStages } from './exchange.js'
+import { openExchange, runStages, type Exchange, type Stage } from './exchange.js'
 import { refuse } from './refuse.js'
 import { requestHeadProblem } from './request-head.js'
 import { recordRequest } from './request-record.js'
 import { retireWhenIdle, type GatewayRuntime } from './runtime.js'
-import { PROXY_STAGES, UPGRADE_STAGES } from './stages.js'
+import { stagesFor, type StageLists } from './stages.js'
 
 export type { GatewayRuntime } from './runtime.js'
 
 /** Runs the proxy's stages; a refusal (thrown, or rejected later) is answered. */
-function serve(ex: Exchange): void {
+function serve(stages: readonly Stage[], ex: Exchange): void {
   try {
-    runStages(PROXY_STAGES, ex)?.catch((error: unknown) => refuse(ex, error))
+    runStages(stages, ex)?.catch((error: unknown) => refuse(ex, error))
   } catch (error) {
     refuse(ex, error)
   }
@@ -35,11 +35,21 @@ function serve(ex: Exchange): void {
 export class GatewayPipeline {
   private readonly upgraded = new Set<Duplex>()
 
-  constructor(private rt: GatewayRuntime) {}
+  /** The stages of each mode for `rt`: a stage the runtime's config does not need is not in them. */
+  private lists: StageLists
+
+  constructor(private rt: GatewayRuntime) {
+    this.lists = stagesFor(rt)
+  }
 
   /** The runtime new requests use. */
   get runtime(): GatewayRuntime {
     return this.rt
+  }
+
+  /** The stage lists new requests run, the runtime's. */
+  get stages(): StageLists {
+    return this.lists
   }
 
   /**
@@ -49,13 +59,15 @@ export class GatewayPipeline {
   swap(next: GatewayRuntime): void {
     const previous = this.rt
     this.rt = next
+    this.lists = stagesFor(next)
     retireWhenIdle(previous, next)
   }
 
   readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const rt = this.rt
+    const stages = this.lists.proxy
     const started = performance.now()
-    const ex = new Exchange(rt, req, res, 'proxy')
+    const ex = openExchange(rt, req, res, 'proxy')
     rt.inflight++
     // 'close' comes once, when the response has ended or the connection went away ('on': no once-wrapper).
     res.on('close', () => {
@@ -68,10 +80,10 @@ export class GatewayPipeline {
     if (tracer !== null) {
       const { span, context } = tracer.startRequest(req)
       ex.span = span
-      tracer.within(context, () => serve(ex))
+      tracer.within(context, () => serve(stages, ex))
       return
     }
-    serve(ex)
+    serve(stages, ex)
   }
 
   private logUpgradeFailure(rt: GatewayRuntime, req: IncomingMessage, failure: GatewayError): void {
@@ -84,15 +96,15 @@ export class GatewayPipeline {
   readonly handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
     socket.on('error', () => socket.destroy())
     const rt = this.rt
-    const ex = new Exchange(rt, req, null, 'upgrade')
-    this.upgrade(ex, socket, head).catch((error: unknown) => {
+    const ex = openExchange(rt, req, null, 'upgrade')
+    this.upgrade(ex, this.lists.upgrade, socket, head).catch((error: unknown) => {
       const failure = error instanceof GatewayError ? error : new ServerError(error)
       this.logUpgradeFailure(rt, req, failure)
       renderErrorOnSocket(socket, failure, rt.realm, ex.resourceMetadata)
     })
   }
 
-  private async upgrade(ex: Exchange, socket: Duplex, head: Buffer): Promise<void> {
+  private async upgrade(ex: Exchange, stages: readonly Stage[], socket: Duplex, head: Buffer): Promise<void> {
     const { rt, req } = ex
     if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new MalformedRequest('only WebSocket upgrades are forwarded')
     // RFC 6455 §4.1: the opening handshake is a GET over HTTP/1.1 or later. Forwarded as anything else, an
@@ -105,7 +117,7 @@ export class GatewayPipeline {
     ex.path = path
     ex.query = query
     ex.segments = splitPath(path)
-    await runStages(UPGRADE_STAGES, ex)
+    await runStages(stages, ex)
     const rule = ex.rule
     const headers = buildUpstreamHeaders(req, ex.principal, rule.stripAuthorization ? rt.tokenlessHeaderPolicy : rt.headerPolicy, rule.claimHeaders)
     const upstream = rt.upstreams.get(rule.upstream)!
