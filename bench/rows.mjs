@@ -162,7 +162,7 @@ export function loader(bench, base, connections) {
 /**
  * The same load from autocannon, as bench/run.mjs's reps: it keeps the process under test busier than the undici
  * client does (more of the requests in flight wait in the server); measured one after the other, (d) seemed to pay
- * more for that than the floor, in alternation it did not (README, Performance). Its connections do not outlive a run: each run opens `connections` new ones, and the
+ * more for that than the floor, in alternation it did not (docs/performance.md). Its connections do not outlive a run: each run opens `connections` new ones, and the
  * requests in flight when it stops are served but not counted (both under 1 % of a 1 s slice, alike for both rows).
  */
 export function cannonLoader(bench, base, connections) {

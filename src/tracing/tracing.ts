@@ -2,7 +2,7 @@
  * OpenTelemetry traces (`tracing:`): off by default; on, an OTLP/HTTP exporter and a ratio sampler. Spans are
  * made by hand where the time goes (the gateway request, authentication with its cache outcome, the JWKS
  * fetch, the introspection call, the upstream request, the token endpoint's grants), never by blanket
- * HTTP auto-instrumentation, whose cost in Node is large (measured: README, Performance).
+ * HTTP auto-instrumentation, whose cost in Node is large (measured: docs/performance.md, Tracing).
  *
  * W3C `traceparent` / `tracestate` are taken from the client (a sampled parent is followed: ParentBased) or
  * started, and passed to the upstream as the upstream span's context, sampled or not, so the upstream's own
