@@ -27,8 +27,8 @@ export interface ProvenRequest {
   /** The origin-form path the route matched: `htu` must name it (RFC 9449 §4.3). */
   readonly path: string
   readonly rule: { readonly dpop: DpopMode | null }
-  /** `decision`: the request was described by a proxy in front; `htu` is checked against `server.public_url` only. */
-  readonly mode: string
+  /** A proxy in front described the request (the decision endpoint): `htu` is checked against `server.public_url` only. */
+  readonly described: boolean
 }
 
 // token68 (RFC 7235 §2.1), as for Bearer.
@@ -135,7 +135,7 @@ export class DpopGate {
   async verify(request: ProvenRequest, token: string, principal: Principal): Promise<void> {
     const { req, path } = request
     const routeMode = request.rule.dpop
-    const decision = request.mode === 'decision'
+    const decision = request.described
     const issuer = principal.issuer
     try {
       if (this.modeFor(routeMode, issuer) === 'off') throw new DpopRefused('dpop_off', 'tokens of this issuer are accepted as Bearer only', 'invalid_token')

@@ -32,10 +32,10 @@ export interface CountedRequest {
   /** Undefined for a request without a token (counted under its address). */
   readonly principal: Principal | undefined
   /**
-   * true: the client's address is the last `X-Forwarded-For` entry (the decision endpoint's proxy says it);
-   * undefined: as `forward.trust_forwarded_headers` says.
+   * A proxy in front described the request (the decision endpoint): the client's address is the last
+   * `X-Forwarded-For` entry. Otherwise that is as `forward.trust_forwarded_headers` says.
    */
-  readonly forwardedFor?: boolean | undefined
+  readonly described?: boolean | undefined
 }
 
 /** A policy taken from, with the budget it was taken under and what the take said. */
@@ -169,7 +169,7 @@ export class RateLimiter {
   /** The key value and budget of `policy` for this request (an override's, if the value has one). */
   private resolve(policy: CompiledPolicy, request: CountedRequest): [string, Budget] {
     const { req, principal } = request
-    const forwarded = request.forwardedFor ?? this.options.trustForwarded
+    const forwarded = request.described === true || this.options.trustForwarded
     let value = this.keyValue(policy, req, principal, forwarded)
     if (value === undefined) {
       if (policy.fallback === 'refuse') {

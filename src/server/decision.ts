@@ -5,12 +5,10 @@
  * identity headers, for the proxy to copy upstream, and how long the proxy may cache that answer. Refused: the
  * status, challenge and body the proxy mode would answer, never cacheable. No body is read.
  */
-import { performance } from 'node:perf_hooks'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { hasBody } from '../forward/request-body.js'
-import { openExchange, runStages } from './exchange.js'
-import { refuse } from './refuse.js'
-import { recordRequest } from './request-record.js'
+import { serveStages } from './refuse.js'
+import { beginRequest } from './request-record.js'
 import type { GatewayRuntime } from './runtime.js'
 import type { StageLists } from './stages.js'
 
@@ -18,21 +16,10 @@ export class DecisionEndpoint {
   constructor(private readonly source: { readonly runtime: GatewayRuntime; readonly stages: StageLists }) {}
 
   readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
-    const rt = this.source.runtime
     const stages = this.source.stages.decision
-    const started = performance.now()
-    const ex = openExchange(rt, req, res, 'decision')
-    rt.inflight++
+    const ex = beginRequest(this.source.runtime, req, res, 'decision')
     // A decision reads no body: one that comes anyway is not read either, and the connection ends with the answer.
     if (hasBody(req)) res.shouldKeepAlive = false
-    res.on('close', () => {
-      if (--rt.inflight === 0) rt.onIdle?.()
-      recordRequest(rt, req, res, ex, (performance.now() - started) / 1000)
-    })
-    try {
-      runStages(stages, ex)?.catch((error: unknown) => refuse(ex, error))
-    } catch (error) {
-      refuse(ex, error)
-    }
+    serveStages(stages, ex)
   }
 }

@@ -47,8 +47,11 @@ export interface Exchange extends Outcome {
   /** The response; null for an upgrade, whose answer is written on its socket. */
   readonly res: ServerResponse | null
   readonly mode: Mode
-  /** true in decision mode: the proxy in front names the client, whose address is the last `X-Forwarded-For` entry. */
-  readonly forwardedFor: true | undefined
+  /**
+   * Decision mode: a proxy in front described the request. Its client's address is the last `X-Forwarded-For`
+   * entry, and a DPoP proof's `htu` is checked against `server.public_url`.
+   */
+  readonly described: boolean
   /** The origin-form path, as matched and as forwarded (normalize). */
   path: string
   query: string
@@ -56,7 +59,10 @@ export interface Exchange extends Outcome {
   segments: readonly string[]
   /** The matched route (match); no stage before it reads it. */
   rule: CompiledRule
-  /** A CORS preflight forwarded to an upstream that answers CORS itself (`cors.upstream`): not authenticated. */
+  /**
+   * A CORS preflight (match), answered by the cors stage, or forwarded unauthenticated to an upstream that answers
+   * CORS itself (`cors.upstream`); one on a `cors: false` route is an ordinary OPTIONS request again.
+   */
   preflight: boolean
   /** An MCP message (a POST on an `mcp` route): the route's rules are checked with its tool's, once it is read. */
   mcpMessage: boolean
@@ -82,7 +88,7 @@ const NO_HEADERS: HeaderList = []
 export function openExchange(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse | null, mode: Mode): Exchange {
   const decision = mode === 'decision'
   return {
-    rt, req, res, mode, forwardedFor: decision ? true : undefined,
+    rt, req, res, mode, described: decision,
     route: '', decision: decision ? 'allowed' : 'forwarded', error: '', detail: undefined, cause: undefined, forwarding: undefined,
     resourceMetadata: undefined, cors: undefined, rateLimitFields: undefined, span: undefined,
     path: '', query: '', segments: NO_SEGMENTS, rule: UNMATCHED, preflight: false, mcpMessage: false, dpopToken: undefined,

@@ -3,34 +3,22 @@
  * hot path pays for nothing it does not use (the authorization server and admin routes stay fastify routes).
  * A runtime is swapped in whole on reload; requests in flight finish on the one they started with.
  */
-// The module's binding: the global `performance` is a getter, run on every use.
-import { performance } from 'node:perf_hooks'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import { BadGateway, GatewayError, MalformedRequest, ServerError } from '../errors/oauth-errors.js'
 import { renderErrorOnSocket } from '../errors/render.js'
 import { upstreamFailure } from '../forward/proxy.js'
-import { buildUpstreamHeaders } from '../forward/upstream-headers.js'
-import { splitRequestTarget } from '../rules/normalize.js'
-import { splitPath } from '../rules/segments.js'
 import { tracing } from '../tracing/tracing.js'
 import { openExchange, runStages, type Exchange, type Stage } from './exchange.js'
-import { refuse } from './refuse.js'
+import { serveStages } from './refuse.js'
 import { requestHeadProblem } from './request-head.js'
-import { recordRequest } from './request-record.js'
+import { beginRequest } from './request-record.js'
 import { retireWhenIdle, type GatewayRuntime } from './runtime.js'
 import { stagesFor, type StageLists } from './stages.js'
+import { upstreamHeaders } from './stages/forward.js'
+import { readTarget } from './stages/route.js'
 
 export type { GatewayRuntime } from './runtime.js'
-
-/** Runs the proxy's stages; a refusal (thrown, or rejected later) is answered. */
-function serve(stages: readonly Stage[], ex: Exchange): void {
-  try {
-    runStages(stages, ex)?.catch((error: unknown) => refuse(ex, error))
-  } catch (error) {
-    refuse(ex, error)
-  }
-}
 
 export class GatewayPipeline {
   private readonly upgraded = new Set<Duplex>()
@@ -64,26 +52,17 @@ export class GatewayPipeline {
   }
 
   readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
-    const rt = this.rt
     const stages = this.lists.proxy
-    const started = performance.now()
-    const ex = openExchange(rt, req, res, 'proxy')
-    rt.inflight++
-    // 'close' comes once, when the response has ended or the connection went away ('on': no once-wrapper).
-    res.on('close', () => {
-      ex.forwarding?.clientClosed()
-      if (--rt.inflight === 0) rt.onIdle?.()
-      recordRequest(rt, req, res, ex, (performance.now() - started) / 1000)
-    })
+    const ex = beginRequest(this.rt, req, res, 'proxy')
     // `tracing`: off, this test is all it costs.
     const tracer = tracing()
     if (tracer !== null) {
       const { span, context } = tracer.startRequest(req)
       ex.span = span
-      tracer.within(context, () => serve(stages, ex))
+      tracer.within(context, () => serveStages(stages, ex))
       return
     }
-    serve(stages, ex)
+    serveStages(stages, ex)
   }
 
   private logUpgradeFailure(rt: GatewayRuntime, req: IncomingMessage, failure: GatewayError): void {
@@ -113,14 +92,10 @@ export class GatewayPipeline {
     if (problem) throw problem
     if (req.method !== 'GET') throw new MalformedRequest('a WebSocket upgrade must be a GET request')
     if (req.httpVersionMajor === 1 && req.httpVersionMinor === 0) throw new MalformedRequest('a WebSocket upgrade needs HTTP/1.1')
-    const { path, query } = splitRequestTarget(req.url ?? '')
-    ex.path = path
-    ex.query = query
-    ex.segments = splitPath(path)
+    readTarget(ex, req.url ?? '')
     await runStages(stages, ex)
-    const rule = ex.rule
-    const headers = buildUpstreamHeaders(req, ex.principal, rule.stripAuthorization ? rt.tokenlessHeaderPolicy : rt.headerPolicy, rule.claimHeaders)
-    const upstream = rt.upstreams.get(rule.upstream)!
+    const headers = upstreamHeaders(ex)
+    const upstream = rt.upstreams.get(ex.rule.upstream)!
     if (!upstream.pool) throw new BadGateway(`upstream ${upstream.name} does not accept WebSocket upgrades`)
     let upgraded
     try {

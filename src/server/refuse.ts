@@ -3,7 +3,7 @@ import { HttpVersionNotSupported } from '../errors/oauth-errors.js'
 import { renderError } from '../errors/render.js'
 import { refusalCors } from '../cors/response.js'
 import { hasBody } from '../forward/request-body.js'
-import type { Exchange } from './exchange.js'
+import { runStages, type Exchange, type Stage } from './exchange.js'
 import { noteFailure } from './request-record.js'
 
 export function refuse(ex: Exchange, error: unknown): void {
@@ -20,4 +20,13 @@ export function refuse(ex: Exchange, error: unknown): void {
     resource: ex.resourceMetadata,
     cors: rt.cors === null ? undefined : refusalCors(rt.cors, req, ex.cors),
   })
+}
+
+/** Runs `stages` on `ex`; a refusal, thrown or rejected later, is answered. */
+export function serveStages(stages: readonly Stage[], ex: Exchange): void {
+  try {
+    runStages(stages, ex)?.catch((error: unknown) => refuse(ex, error))
+  } catch (error) {
+    refuse(ex, error)
+  }
 }

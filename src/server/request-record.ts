@@ -4,12 +4,14 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { randomUUID } from 'node:crypto'
+// The module's binding: the global `performance` is a getter, run on every use.
+import { performance } from 'node:perf_hooks'
 import {
   ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, InsufficientScope, MissingToken, RateLimited, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
 import type { Decision } from '../metrics/metrics.js'
 import { endHttpSpan } from '../tracing/tracing.js'
-import type { Outcome } from './exchange.js'
+import { openExchange, type Exchange, type Mode, type Outcome } from './exchange.js'
 import type { GatewayRuntime } from './runtime.js'
 import type { RequestLine } from './log-output.js'
 
@@ -27,6 +29,24 @@ export function decisionOf(failure: GatewayError): Decision {
   if (failure instanceof BadGateway || failure instanceof GatewayTimeout) return 'upstream_error'
   if (failure.status >= 500) return 'error'
   return 'rejected'
+}
+
+/**
+ * A request on `rt` from now until its response closes: counted in flight (a replaced runtime closes what it
+ * alone holds once its last one ends), then recorded (its log line and metrics); an upstream request still in
+ * flight is told when the client goes away.
+ */
+export function beginRequest(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, mode: Mode): Exchange {
+  const started = performance.now()
+  const ex = openExchange(rt, req, res, mode)
+  rt.inflight++
+  // 'close' comes once, when the response has ended or the connection went away ('on': no once-wrapper).
+  res.on('close', () => {
+    ex.forwarding?.clientClosed()
+    if (--rt.inflight === 0) rt.onIdle?.()
+    recordRequest(rt, req, res, ex, (performance.now() - started) / 1000)
+  })
+  return ex
 }
 
 /** One log line and the metrics of a finished request. */

@@ -8,9 +8,8 @@ import { setIdentityHeaders, type OutgoingHeaders } from '../../forward/upstream
 import { cacheFields } from '../../decision/cache.js'
 import { originalRequest } from '../../decision/original.js'
 import { requireTrusted, UntrustedCaller } from '../../decision/trust.js'
-import { splitRequestTarget } from '../../rules/normalize.js'
-import { splitPath } from '../../rules/segments.js'
 import type { Exchange } from '../exchange.js'
+import { readTarget } from './route.js'
 import { requestHeadProblem } from '../request-head.js'
 
 /** A route whose rules read the request body (`mcp`): the decision endpoint never gets one, so it cannot allow its POSTs. */
@@ -43,10 +42,7 @@ export function describe(ex: Exchange): undefined {
   if (upgrade !== undefined && (upgrade.toLowerCase() !== 'websocket' || original.method !== 'GET')) {
     throw new MalformedRequest('only WebSocket upgrades, by GET, are forwarded')
   }
-  const { path, query } = splitRequestTarget(original.url)
-  ex.path = path
-  ex.query = query
-  ex.segments = splitPath(path)
+  readTarget(ex, original.url)
   return undefined
 }
 

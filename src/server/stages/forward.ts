@@ -51,17 +51,23 @@ function forwardingFailure(error: Error, req: IncomingMessage, upstream: Upstrea
   return upstreamFailure(error, upstream.name)
 }
 
+/** The upstream's request headers: the client's, cleaned by the route's header policy, then ours from the token. */
+export function upstreamHeaders(ex: Exchange): HeaderList {
+  const { rt, rule } = ex
+  return buildUpstreamHeaders(ex.req, ex.principal, rule.stripAuthorization ? rt.tokenlessHeaderPolicy : rt.headerPolicy, rule.claimHeaders)
+}
+
 /**
  * Forward: the client's headers without hop-by-hop, spoofed identity and forwarding headers, then ours from the
  * token (`forward`); sent on the upstream's pool, the answer streamed back. Returns at once: the relay ends the
  * request, or refuses it when the upstream fails.
  */
 export function forward(ex: Exchange): Promise<void> | undefined {
-  const { rt, req, rule } = ex
+  const { rt, req } = ex
   const res = ex.res!
-  const headers = buildUpstreamHeaders(req, ex.principal, rule.stripAuthorization ? rt.tokenlessHeaderPolicy : rt.headerPolicy, rule.claimHeaders)
+  const headers = upstreamHeaders(ex)
   ex.headers = headers
-  const upstream = rt.upstreams.get(rule.upstream)!
+  const upstream = rt.upstreams.get(ex.rule.upstream)!
   if (upstream.echo) return echoRequest(res, ex)
   // Gone while its token was validated or its body read: nothing to send, and no upstream connection to
   // spend (undici's abort would close the one it had picked).

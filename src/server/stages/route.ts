@@ -31,17 +31,21 @@ export function matchOrThrow(rules: readonly CompiledRule[], method: string, pat
 export function normalize(ex: Exchange): undefined {
   const problem = requestHeadProblem(ex.req)
   if (problem) throw problem
-  const { path, query } = splitRequestTarget(ex.req.url ?? '')
-  ex.path = path
-  ex.query = query
+  readTarget(ex, ex.req.url ?? '')
   const documents = ex.rt.resourceMetadata
-  if (documents !== null && serveResourceMetadata(documents, ex.req, ex.res!, path)) {
+  if (documents !== null && serveResourceMetadata(documents, ex.req, ex.res!, ex.path)) {
     ex.route = '(resource-metadata)'
     ex.answered = true
-    return undefined
   }
-  ex.segments = splitPath(path)
   return undefined
+}
+
+/** The path (refused when it can be read two ways: src/rules/normalize.ts), its segments and the query of `target`. */
+export function readTarget(ex: Exchange, target: string): void {
+  const { path, query } = splitRequestTarget(target)
+  ex.path = path
+  ex.query = query
+  ex.segments = splitPath(path)
 }
 
 /**
@@ -51,10 +55,11 @@ export function normalize(ex: Exchange): undefined {
 export function match(ex: Exchange): undefined {
   const rt = ex.rt
   const req = ex.req
-  const announced = rt.cors !== null && ex.mode === 'proxy' && req.headers.origin !== undefined && isPreflight(req)
-  const method = announced ? req.headers['access-control-request-method'] as string : req.method ?? 'GET'
+  const preflight = rt.cors !== null && ex.mode === 'proxy' && req.headers.origin !== undefined && isPreflight(req)
+  const method = preflight ? req.headers['access-control-request-method'] as string : req.method ?? 'GET'
   const rule = matchOrThrow(rt.rules, method, ex.path, ex.segments)
-  if (announced) {
+  ex.preflight = preflight
+  if (preflight) {
     ex.rule = rule
     ex.route = rule.id
   } else {
@@ -84,22 +89,20 @@ function enter(ex: Exchange, rule: CompiledRule): void {
  */
 export function cors(ex: Exchange): undefined {
   if (ex.rt.cors === null) return undefined
-  // A preflight announced a method: `match` found the route of that one.
   const req = ex.req
   const origin = req.headers.origin
   if (origin === undefined) return undefined
-  if (isPreflight(req)) {
+  if (ex.preflight) {
+    // `match` found the route of the method the preflight announces.
     const target = ex.rule
     ex.cors = null
-    if (target.cors?.upstream) {
-      ex.preflight = true
-      return undefined
-    }
+    if (target.cors?.upstream) return undefined
     if (target.cors !== null) {
       ex.answered = true
       return answerPreflight(target.cors, req, ex.res!, origin)
     }
     // `cors: false` on the announced route: an OPTIONS request like any other.
+    ex.preflight = false
     enter(ex, matchOrThrow(ex.rt.rules, req.method ?? 'GET', ex.path, ex.segments))
     return undefined
   }
