@@ -92,7 +92,7 @@ export class Authenticator {
     const embedded = options.embedded
     this.embeddedCounts = embedded && countsOf(embedded.policy.issuer, 'embedded')
     if (embedded) {
-      const verifier = new JwtIssuer(embedded.policy, log, now, embedded.getKey, kept)
+      const verifier = new JwtIssuer(embedded.policy, log, now, { getKey: embedded.getKey, ownAudience: embedded.ownAudience }, kept)
       this.issuers.set(embedded.policy.issuer, { jwt: { verifier, counts: this.embeddedCounts! }, introspection: undefined })
     }
     for (const config of issuers) {

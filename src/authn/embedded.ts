@@ -12,8 +12,16 @@ import { keepClaims, type Principal } from '../common/principal.js'
  * tokens are looked up in its store, and its revocations apply at once.
  */
 export interface EmbeddedIssuer {
-  /** Its JWT policy, as for a configured issuer (issuer, audience, algorithms, require_typ). */
+  /**
+   * Its JWT policy, as for a configured issuer (issuer, algorithms, require_typ); `audience` is every audience
+   * it issues for: its own and the gateway's `resources[].resource`.
+   */
   readonly policy: IssuerConfig
+  /**
+   * `access_token.audience`: a token naming none of these (only resources) is `resourceOnly`, accepted on
+   * its resources' routes alone (RFC 8707).
+   */
+  readonly ownAudience: readonly string[]
   readonly getKey: JWTVerifyGetKey
   /** Whether an opaque token is one of the embedded server's (by its prefix). */
   ownsOpaque(token: string): boolean

@@ -49,6 +49,12 @@ function rejectJwt(rejection: JwtRejection, cause?: unknown): InvalidToken {
 
 export const DEFAULT_ALGORITHMS: readonly JwsAlgorithm[] = ['RS256', 'ES256', 'EdDSA', 'PS256']
 
+/** The embedded issuer, verified in-process: its keys, and the audience it accepts outside resources. */
+export interface LocalIssuer {
+  readonly getKey: JWTVerifyGetKey
+  readonly ownAudience: readonly string[]
+}
+
 /** One issuer's JWT policy and key set. */
 export class JwtIssuer {
   /** The remote key set; undefined for the embedded issuer, whose keys are in-process. */
@@ -57,17 +63,21 @@ export class JwtIssuer {
   private readonly algorithms: string[]
   private readonly skewSeconds: number
   private readonly claims: IssuerClaims
+  /** The embedded issuer's `access_token.audience`: a token naming none of it is `resourceOnly`; undefined for others. */
+  private readonly ownAudience: readonly string[] | undefined
   /**
+   * @param local the embedded issuer's in-process keys and own audience
    * @param kept the top-level claims a principal keeps (what route conditions and claim headers read)
    */
   constructor(readonly config: IssuerConfig, log: FastifyBaseLogger, private readonly now: () => number,
-    localKeys?: JWTVerifyGetKey, private readonly kept: readonly string[] = []) {
+    local?: LocalIssuer, private readonly kept: readonly string[] = []) {
     this.algorithms = [...(effectiveAlgorithms(config) ?? DEFAULT_ALGORITHMS)]
     this.claims = issuerClaims(config)
     this.skewSeconds = parseDuration(config.clock_skew ?? '30s') / 1000
-    if (localKeys) {
+    this.ownAudience = local?.ownAudience
+    if (local) {
       this.keySet = undefined
-      this.getKey = localKeys
+      this.getKey = local.getKey
       return
     }
     const keySet = new RemoteKeySet({
@@ -112,8 +122,11 @@ export class JwtIssuer {
     if (unmet !== undefined) throw new InvalidToken(`unmet_issuer_condition ${unmet}`, undefined, 'bad_claim')
     const jkt = readJkt(payload)
     if (jkt === null) throw rejectJwt('bad_cnf_claim')
+    const own = this.ownAudience
     return {
       ...(jkt !== undefined && { jkt }),
+      // RFC 8707: issued for resources only; checkClaims has already found `aud` among the issuer's audiences.
+      ...(own !== undefined && !audienceMatches(payload.aud, own) && { resourceOnly: true as const }),
       issuer: this.config.issuer,
       subject: typeof payload.sub === 'string' ? payload.sub : undefined,
       clientId: readClientId(payload, clientId),

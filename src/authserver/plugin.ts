@@ -32,7 +32,7 @@ import { KeyManager, keyRetirementSeconds } from './keys.js'
 import { Registrations } from './registration/registrations.js'
 import { ClientMetadataDocuments } from './client-metadata/documents.js'
 import { RevocationList } from './revocations.js'
-import { resolveSettings } from './settings.js'
+import { resolveSettings, type AuthServerSettings } from './settings.js'
 import type { StorageAdapter } from './storage/adapter.js'
 import { openStore } from './store.js'
 import type { Broadcast } from './broadcast.js'
@@ -78,16 +78,19 @@ export interface AuthServerOptions {
   workers?: { readonly broadcast: Broadcast; readonly limiter: LimiterFactory; readonly once: SharedOnce } | undefined
 }
 
-function principalOf(record: StoredAccessToken, issuer: string): Principal {
+function principalOf(record: StoredAccessToken, settings: AuthServerSettings): Principal {
+  const aud = Array.isArray(record.aud) ? record.aud : undefined
   return {
-    issuer,
+    issuer: settings.issuer,
     subject: record.sub,
     clientId: record.clientId,
     scopes: record.scope === '' ? [] : record.scope.split(' '),
     expiresAt: record.exp,
     jti: record.jti,
     // RFC 8707: what the token was issued for, so resource routes read it as they read a JWT's aud.
-    ...(Array.isArray(record.aud) && { audience: record.aud }),
+    ...(aud !== undefined && { audience: aud }),
+    // Issued for resources only (none of `access_token.audience`): accepted on their routes alone.
+    ...(aud !== undefined && !aud.some((value) => settings.audience.includes(value)) && { resourceOnly: true as const }),
     // RFC 9449 §6: the key a bound token must be presented with, as a JWT's cnf.jkt.
     ...(typeof record.jkt === 'string' && { jkt: record.jkt }),
   }
@@ -246,11 +249,12 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       algorithms: [settings.algorithm],
       require_typ: 'at+jwt',
     },
+    ownAudience: settings.audience,
     getKey: keys.getKey,
     ownsOpaque: (token) => token.startsWith(OPAQUE_ACCESS_TOKEN_PREFIX),
     lookupOpaque: async (hashOfToken) => {
       const record = await store.find('access_token', hashOfToken) as StoredAccessToken | undefined
-      return record && record.exp * 1000 > now() ? principalOf(record, settings.issuer) : undefined
+      return record && record.exp * 1000 > now() ? principalOf(record, settings) : undefined
     },
     isRevoked: (principal) => revocations.isRevoked(principal.jti),
   }

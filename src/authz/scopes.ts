@@ -36,10 +36,16 @@ export function requireScopes(principal: Principal, rule: RouteAccess): void {
   }
 }
 
-/** RFC 8707 / RFC 9728: on a resource's routes, only a token issued for that resource (401: it is the wrong token). */
+/**
+ * RFC 8707 / RFC 9728: on a resource's routes, only a token issued for that resource; on a route outside every
+ * resource, only one issued for its issuer's own audience, never one issued for resources alone (401: it is
+ * the wrong token).
+ */
 export function requireAudience(principal: Principal, rule: RouteAccess): void {
   const resource = rule.resource
-  if (resource !== null && !audienceMatches(principal.claims?.aud, resource.audiences)) {
+  if (resource === null) {
+    if (principal.resourceOnly === true) throw new InvalidToken('wrong_resource: aud names resources only, and this route is in none', undefined, 'wrong_audience')
+  } else if (!audienceMatches(principal.claims?.aud, resource.audiences)) {
     throw new InvalidToken(`wrong_resource: aud is not ${resource.identifier}`, undefined, 'wrong_audience')
   }
 }

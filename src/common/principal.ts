@@ -19,6 +19,12 @@ export interface Principal {
    */
   readonly jkt?: string | undefined
   /**
+   * RFC 8707: the token was issued for resources only (`resources[].resource`), none of its issuer's own
+   * audiences (the embedded server's `access_token.audience`): accepted on those resources' routes alone,
+   * never on a route outside every resource. Unset for every other token.
+   */
+  readonly resourceOnly?: true | undefined
+  /**
    * The claims that route conditions and claim headers name, by their top-level names: only
    * those are kept, so a cached principal holds no more of the token than the config reads. Undefined when
    * the config names none.
