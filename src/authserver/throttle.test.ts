@@ -1,9 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { RateLimiterMemory } from 'rate-limiter-flexible'
 import { TooManyAttempts } from '../errors/oauth-errors.js'
-import type { Throttle } from './context.js'
+import type { Attempt, Throttle } from './context.js'
 import { resolveSettings } from './settings.js'
-import { createThrottle, verifyThrottled, type LimiterOptions, type ThrottleEngaged } from './throttle.js'
+import { IN_FLIGHT_WAIT_MS, createThrottle, verifyThrottled, type LimiterOptions, type ThrottleEngaged } from './throttle.js'
 
 function settings(throttling: { failures_per_client?: number; failures_per_ip?: number; window?: string }) {
   return resolveSettings({ enabled: true, issuer: 'https://as.example', throttling })
@@ -74,31 +74,64 @@ describe('createThrottle', () => {
     await succeed(throttle, ['client:a'])
   })
 
-  it('parallel guessing: of 100 attempts reserved in parallel exactly failures_per_client are let through; once they fail, the key stays locked', async () => {
+  it('parallel guessing: of 100 attempts reserved in parallel exactly failures_per_client are let through; the rest wait, and are 429 once those fail', async () => {
     const throttle = createThrottle(settings({ failures_per_client: 10, failures_per_ip: 1000 }))
-    const outcomes = await Promise.allSettled(Array.from({ length: 100 }, () => throttle.reserve(['client:a', 'ip:192.0.2.1'])))
-    const granted = outcomes.flatMap((outcome) => (outcome.status === 'fulfilled' ? [outcome.value] : []))
+    const settled: Array<Attempt | TooManyAttempts> = []
+    const pending = Array.from({ length: 100 }, () => throttle.reserve(['client:a', 'ip:192.0.2.1'])
+      .then((attempt) => { settled.push(attempt) }, (error: unknown) => { settled.push(error as TooManyAttempts) }))
+    await vi.advanceTimersByTimeAsync(0)
+    // Ten hold a place; the other ninety wait for them (the places are held by attempts in flight, not failures).
+    expect(settled).toHaveLength(10)
+    const granted = settled.filter((outcome): outcome is Attempt => !(outcome instanceof TooManyAttempts))
     expect(granted).toHaveLength(10)
-    for (const outcome of outcomes) if (outcome.status === 'rejected') expect(outcome.reason).toBeInstanceOf(TooManyAttempts)
     for (const attempt of granted) attempt.keep()
+    await vi.advanceTimersByTimeAsync(200)
+    await Promise.all(pending)
+    const refused = settled.filter((outcome) => outcome instanceof TooManyAttempts)
+    expect(refused).toHaveLength(90)
     await refusal(throttle.reserve(['client:a']))
     // The 90 refusals cost the address nothing: it has 990 attempts left.
-    const ip = await Promise.allSettled(Array.from({ length: 991 }, () => throttle.reserve(['ip:192.0.2.1'])))
+    const ip = await Promise.allSettled(Array.from({ length: 990 }, () => throttle.reserve(['ip:192.0.2.1'])))
     expect(ip.filter((outcome) => outcome.status === 'fulfilled')).toHaveLength(990)
+    const last = throttle.reserve(['ip:192.0.2.1']).then(() => 'granted', (error: unknown) => error)
+    await vi.advanceTimersByTimeAsync(IN_FLIGHT_WAIT_MS + 100)
+    expect(await last).toBeInstanceOf(TooManyAttempts)
   })
 
-  it('attempts in flight hold their point; a success gives it back, a failure keeps it', async () => {
+  it('right secrets sent at once are never refused: an attempt that finds every place held in flight waits for them', async () => {
+    const throttle = createThrottle(settings({ failures_per_client: 3, failures_per_ip: 1000 }))
+    let succeeded = 0
+    const all = Promise.all(Array.from({ length: 50 }, async () => {
+      const attempt = await throttle.reserve(['client:a', 'ip:192.0.2.1'])
+      await new Promise((resolve) => setTimeout(resolve, 10))
+      await attempt.release()
+      succeeded++
+    }))
+    await vi.advanceTimersByTimeAsync(IN_FLIGHT_WAIT_MS)
+    await all
+    expect(succeeded).toBe(50)
+  })
+
+  it('attempts in flight hold their point; a waiting attempt gets one given back, a failure keeps it; the wait is bounded', async () => {
     const throttle = createThrottle(settings({ failures_per_client: 2 }))
     const first = await throttle.reserve(['client:a'])
     const second = await throttle.reserve(['client:a'])
-    await refusal(throttle.reserve(['client:a']))
+    const waiting = throttle.reserve(['client:a'])
+    await vi.advanceTimersByTimeAsync(50)
     await first.release()
-    const third = await throttle.reserve(['client:a'])
+    await vi.advanceTimersByTimeAsync(100)
+    const third = await waiting
     second.keep()
-    await refusal(throttle.reserve(['client:a']))
+    // Still one attempt in flight and one failure: a fourth waits for the third, and is refused after the bound.
+    const fourth = throttle.reserve(['client:a']).then(() => 'granted', (error: unknown) => error)
+    await vi.advanceTimersByTimeAsync(IN_FLIGHT_WAIT_MS + 100)
+    expect(await fourth).toBeInstanceOf(TooManyAttempts)
     await third.release()
     await fail(throttle, ['client:a'])
-    await refusal(throttle.reserve(['client:a']))
+    // Both places are failures now: refused at once, without waiting.
+    const locked = throttle.reserve(['client:a']).then(() => 'granted', (error: unknown) => error)
+    await vi.advanceTimersByTimeAsync(0)
+    expect(await locked).toBeInstanceOf(TooManyAttempts)
   })
 
   it('successes interleaved with failures give back only their own points, so they never reset a count', async () => {
@@ -193,8 +226,10 @@ describe('createThrottle', () => {
       built.push(options)
       return { counters: new RateLimiterMemory({ ...options }) }
     })
-    expect(built.map(({ points, duration }) => ({ points, duration }))).toEqual([{ points: 7, duration: 2 }, { points: 70, duration: 2 }])
-    expect(new Set(built.map((options) => options.keyPrefix)).size).toBe(2)
+    // Per identity and per address, each a reservation counter and a failure counter.
+    expect(built.map(({ points, duration }) => ({ points, duration }))).toEqual([
+      { points: 7, duration: 2 }, { points: 7, duration: 2 }, { points: 70, duration: 2 }, { points: 70, duration: 2 }])
+    expect(new Set(built.map((options) => options.keyPrefix)).size).toBe(4)
   })
 })
 

@@ -3,7 +3,9 @@
  * RFC 8628 §5.1): failures are counted per key in a fixed window; once a key has used up its allowance, every
  * attempt is refused with 429 temporarily_unavailable and Retry-After until the window ends. An attempt is
  * counted (reserved) atomically *before* its secret is verified and given back only if it succeeds, so a
- * burst sent in parallel gets no more verifications than the allowance, across replicas too.
+ * burst sent in parallel gets no more verifications than the allowance, across replicas too. An attempt that
+ * finds the allowance taken by attempts still in flight (not by failures) waits for them, up to
+ * IN_FLIGHT_WAIT_MS, instead of being refused: right secrets sent at once are never 429.
  */
 import { RateLimiterCluster, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible'
 import { TooManyAttempts } from '../errors/oauth-errors.js'
@@ -93,6 +95,12 @@ interface Held {
   readonly refused: boolean
 }
 
+/** The longest an attempt waits for places held by attempts in flight before it is refused after all. */
+export const IN_FLIGHT_WAIT_MS = 1000
+/** Its first look again, then each pause doubled up to the longest (places given back in another process are only seen by looking). */
+const FIRST_PAUSE_MS = 5
+const LONGEST_PAUSE_MS = 80
+
 /** consume() of one point, a refusal included (consume counts it all the same); a store failure throws. */
 async function consumeOne(counters: RateLimiterAbstract, key: string): Promise<Held> {
   const held = (state: RateLimiterRes, refused: boolean): Held =>
@@ -105,6 +113,22 @@ async function consumeOne(counters: RateLimiterAbstract, key: string): Promise<H
   }
 }
 
+/** A key's counters: its reservations (failures and attempts in flight) and its failures alone. */
+interface Family {
+  readonly reserved: Limiter
+  readonly failures: Limiter
+}
+
+function family(createLimiter: LimiterFactory, keyPrefix: string, duration: number, points: number): Family {
+  return {
+    reserved: createLimiter({ keyPrefix, duration, points }),
+    failures: createLimiter({ keyPrefix: `${keyPrefix}-failed`, duration, points }),
+  }
+}
+
+/** Every key was free: the points this attempt holds. Otherwise the keys that had no place left. */
+type Reservation = { held: Held[]; exhausted?: undefined } | { held?: undefined; exhausted: Held[] }
+
 /** `name` keeps the counters of two throttles apart in a shared limiter store. */
 export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterFactory = memoryLimiter, name = 'failures',
   onEngaged?: ThrottleEngaged): Throttle {
@@ -112,16 +136,11 @@ export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterF
   const duration = Math.max(1, Math.ceil(settings.throttleWindowSeconds))
   // `client:`, `user:` and `session:` keys name one identity an attacker guesses for; `ip:` keys one source,
   // which may be a NAT in front of many honest clients, hence its own (larger) allowance.
-  const perIdentity = createLimiter({
-    keyPrefix: `portcullis-${name}-identity`, duration,
-    points: positiveInteger('failures_per_client', settings.failuresPerClient),
-  })
-  const perIp = createLimiter({
-    keyPrefix: `portcullis-${name}-ip`, duration,
-    points: positiveInteger('failures_per_ip', settings.failuresPerIp),
-  })
+  const perIdentity = family(createLimiter, `portcullis-${name}-identity`, duration, positiveInteger('failures_per_client', settings.failuresPerClient))
+  const perIp = family(createLimiter, `portcullis-${name}-ip`, duration, positiveInteger('failures_per_ip', settings.failuresPerIp))
+  const familyOf = (key: string) => (key.startsWith('ip:') ? perIp : perIdentity)
   const take = (key: string): Promise<Held> => {
-    const { counters, insurance } = key.startsWith('ip:') ? perIp : perIdentity
+    const { counters, insurance } = familyOf(key).reserved
     return consumeOne(counters, key).catch((error: unknown) => {
       if (insurance === undefined) throw error
       return consumeOne(insurance, key)
@@ -130,41 +149,102 @@ export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterF
   // reward() cannot fail the caller: a point not given back (store down) expires with its window.
   const release = (held: readonly Held[]) => Promise.all(held.map(({ key, counters, windowEndsAt }) =>
     (Date.now() < windowEndsAt - RELEASE_MARGIN_MS ? counters.reward(key, 1).catch(() => undefined) : undefined))).then(() => undefined)
+  // A failure is also counted on its own, so that a full key tells failures from attempts in flight. Not
+  // counted (store down): the attempt only waits longer before its refusal.
+  const recordFailure = (key: string) => {
+    const { counters, insurance } = familyOf(key).failures
+    counters.consume(key, 1).catch((error: unknown) => {
+      if (!(error instanceof RateLimiterRes)) return insurance?.consume(key, 1)
+      return undefined
+    }).catch(() => undefined)
+  }
+  /** Whether `key` is full of failures (not of attempts in flight); unknown (store down) counts as full. */
+  const failedOut = async (key: string): Promise<boolean> => {
+    const { counters, insurance } = familyOf(key).failures
+    try {
+      const state = await counters.get(key).catch((error: unknown) => {
+        if (insurance === undefined) throw error
+        return insurance.get(key)
+      })
+      return state !== null && state.consumedPoints >= counters.points
+    } catch {
+      return true
+    }
+  }
+
+  // Attempts waiting for a place, oldest first: a place given back in this process wakes the oldest at once;
+  // one given back in another process (a worker, an instance) is found at its next look.
+  const waiting = new Set<() => void>()
+  const wakeOne = () => {
+    const oldest = waiting.values().next()
+    if (oldest.done !== true) oldest.value()
+  }
+  const pause = (ms: number) => new Promise<void>((resolve) => {
+    const wake = () => {
+      waiting.delete(wake)
+      clearTimeout(timer)
+      resolve()
+    }
+    // Jittered, so that waiters started together do not all look at the same moment.
+    const timer = setTimeout(wake, ms * (0.5 + Math.random()))
+    waiting.add(wake)
+  })
+
+  /** One try: a point on every key, or, when one is full, none on any (a refused attempt is not evaluated). */
+  const tryReserve = async (keys: readonly string[]): Promise<Reservation> => {
+    // consume() is one atomic increment per key (in-process, or one Lua script in Redis), so parallel
+    // attempts each see the count including every attempt started before them.
+    const outcomes = await Promise.allSettled(keys.map(take))
+    const held = outcomes.flatMap((outcome) => (outcome.status === 'fulfilled' ? [outcome.value] : []))
+    const failed = outcomes.find((outcome) => outcome.status === 'rejected')
+    const exhausted = held.filter((point) => point.refused)
+    if (failed === undefined && exhausted.length === 0) return { held }
+    // A refused attempt counts on no key: a locked address does not also use up the allowance of the
+    // client_id it names, and the count stays "failures + attempts in flight".
+    await release(held)
+    if (failed !== undefined) throw failed.reason
+    return { exhausted }
+  }
+
+  const attemptOf = (held: readonly Held[]) => {
+    let settled = false
+    return {
+      keep() {
+        if (settled) return
+        settled = true
+        for (const { key, counters, consumedPoints, windowEndsAt } of held) {
+          recordFailure(key)
+          // The failure that took the last point starts the lockout: once per lockout, whichever replica
+          // counted it, however many refused requests follow.
+          if (consumedPoints === counters.points) {
+            onEngaged?.({ throttle: name, key, retryAfterSeconds: Math.max(1, Math.ceil((windowEndsAt - Date.now()) / 1000)) })
+          }
+        }
+        // The oldest waiter learns that this place is now a failure (and is refused if it was the last).
+        wakeOne()
+      },
+      async release() {
+        if (settled) return
+        settled = true
+        await release(held)
+        wakeOne()
+      },
+    }
+  }
 
   return {
     async reserve(keys) {
-      // consume() is one atomic increment per key (in-process, or one Lua script in Redis), so parallel
-      // attempts each see the count including every attempt started before them.
-      const outcomes = await Promise.allSettled(keys.map(take))
-      const held = outcomes.flatMap((outcome) => (outcome.status === 'fulfilled' ? [outcome.value] : []))
-      const failed = outcomes.find((outcome) => outcome.status === 'rejected')
-      const exhausted = held.filter((point) => point.refused)
-      if (failed !== undefined || exhausted.length > 0) {
-        // A refused attempt is not evaluated, so it counts on no key: a locked address does not also use up
-        // the allowance of the client_id it names, and the count stays "failures + attempts in flight".
-        await release(held)
-        if (failed !== undefined) throw failed.reason
-        const waitMs = Math.max(...exhausted.map((point) => point.windowEndsAt)) - Date.now()
-        throw new TooManyAttempts(Math.max(1, Math.ceil(waitMs / 1000)), `too many failures for ${exhausted.map((point) => point.key).join(', ')}`)
-      }
-      let settled = false
-      return {
-        keep() {
-          if (settled) return
-          settled = true
-          for (const { key, counters, consumedPoints, windowEndsAt } of held) {
-            // The failure that took the last point starts the lockout: once per lockout, whichever replica
-            // counted it, however many refused requests follow.
-            if (consumedPoints === counters.points) {
-              onEngaged?.({ throttle: name, key, retryAfterSeconds: Math.max(1, Math.ceil((windowEndsAt - Date.now()) / 1000)) })
-            }
-          }
-        },
-        async release() {
-          if (settled) return
-          settled = true
-          await release(held)
-        },
+      const deadline = Date.now() + IN_FLIGHT_WAIT_MS
+      for (let ms = FIRST_PAUSE_MS; ; ms = Math.min(2 * ms, LONGEST_PAUSE_MS)) {
+        const { held, exhausted } = await tryReserve(keys)
+        if (held !== undefined) return attemptOf(held)
+        // Full of attempts still in flight, not of failures: their outcome decides, so look again shortly.
+        const full = await Promise.all(exhausted.map((point) => failedOut(point.key)))
+        if (full.includes(true) || Date.now() + ms > deadline) {
+          const waitMs = Math.max(...exhausted.map((point) => point.windowEndsAt)) - Date.now()
+          throw new TooManyAttempts(Math.max(1, Math.ceil(waitMs / 1000)), `too many failures for ${exhausted.map((point) => point.key).join(', ')}`)
+        }
+        await pause(ms)
       }
     },
   }

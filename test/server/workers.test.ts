@@ -260,6 +260,22 @@ describe('server.workers: 2', () => {
     }
   }, 60_000)
 
+  it('right secrets sent at once over both workers are never refused: 50 parallel client_credentials, allowance 4', async () => {
+    const small = await startCluster(upstream, { failures_per_client: 4, failures_per_ip: 100000 })
+    try {
+      // Each on a connection of its own, handed to either worker.
+      const answers = await Promise.all(Array.from({ length: 50 }, () => fresh(`${small.url}/token`, {
+        ...form({ grant_type: 'client_credentials' }), headers: { ...form({}).headers, authorization: basic(SERVICE.id, SERVICE.secret) },
+      })))
+      expect(answers.map((answer) => answer.status)).toEqual(Array(50).fill(200))
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      expect(small.servedBy('/token').size).toBe(2)
+    } finally {
+      small.process.kill()
+      await small.process.exited
+    }
+  }, 60_000)
+
   it('200 refresh chains over SQLite on both workers at once: none lost, no 500', async () => {
     const login = () => fresh(`${c.url}/token`, form({ grant_type: 'password', username: 'alice', password: PASSWORD, client_id: APP.id, client_secret: APP.secret }))
     const refresh = (token: string) => fresh(`${c.url}/token`, form({ grant_type: 'refresh_token', refresh_token: token, client_id: APP.id, client_secret: APP.secret }))
