@@ -212,6 +212,26 @@ describe('per route', () => {
     expect(h.upstream.requests.map((r) => r.method)).toEqual(['GET'])
   })
 
+  it('upstream: true: a preflight with a body is 400 invalid_request, and nothing reaches the upstream', async (test) => {
+    const h = await start(test, { cors: { allowed_origins: [APP] }, routes })
+    for (const framing of [{ 'content-length': '11' }, { 'transfer-encoding': 'chunked' }]) {
+      const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = http.request(`${h.gateway.url}/legacy/a`, {
+          method: 'OPTIONS', headers: { origin: APP, 'access-control-request-method': 'POST', ...framing },
+        }, (response) => {
+          let body = ''
+          response.on('data', (chunk: Buffer) => { body += chunk.toString() })
+          response.on('end', () => resolve({ status: response.statusCode!, body }))
+        })
+        req.on('error', reject)
+        req.end('hello world')
+      })
+      expect(res.status, JSON.stringify(framing)).toBe(400)
+      expect(res.body).toContain('invalid_request')
+    }
+    expect(h.upstream.requests).toHaveLength(0)
+  })
+
   it('upstream: true: the preflight is forwarded without authentication, and the gateway adds nothing', async (test) => {
     const h = await start(test, { cors: { allowed_origins: [APP] }, routes })
     const res = await preflight(h, '/legacy/a', OTHER)

@@ -2,7 +2,7 @@
  * The first stages of a proxied request: normalize the target, match the route, answer CORS preflights, and
  * refuse what the route's limits refuse before any token is looked at.
  */
-import { MethodNotAllowed, NoMatchingRoute, RequestTooLarge } from '../../errors/oauth-errors.js'
+import { MalformedRequest, MethodNotAllowed, NoMatchingRoute, RequestTooLarge } from '../../errors/oauth-errors.js'
 import { corsAnswer } from '../../cors/policy.js'
 import { answerPreflight, isPreflight } from '../../cors/preflight.js'
 import { hasBody } from '../../forward/request-body.js'
@@ -111,13 +111,18 @@ export function cors(ex: Exchange): undefined {
 }
 
 /**
- * What the route refuses before the token is looked at: a declared length over `max_body_size` (it costs
- * nothing to refuse), and on an `mcp` route a foreign `Origin` (MCP: DNS rebinding); marks an MCP message.
+ * What the route refuses before the token is looked at: a preflight with a body, a declared length over
+ * `max_body_size` (it costs nothing to refuse), and on an `mcp` route a foreign `Origin` (MCP: DNS rebinding);
+ * marks an MCP message.
  */
 export function admit(ex: Exchange): undefined {
-  if (ex.preflight) return undefined
-  const rule = ex.rule
   const req = ex.req
+  if (ex.preflight) {
+    // Fetch §4.8: a CORS preflight has no body. Forwarded unauthenticated (`cors.upstream`), one must not carry any.
+    if (hasBody(req)) throw new MalformedRequest('a CORS preflight has no body')
+    return undefined
+  }
+  const rule = ex.rule
   if (Number(req.headers['content-length']) > rule.maxBodySize) throw new RequestTooLarge(rule.maxBodySize)
   if (rule.mcp !== null) {
     refuseForeignOrigin(rule, req)
