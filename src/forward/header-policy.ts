@@ -6,6 +6,7 @@
 import type { ForwardConfig } from '../config/schema.js'
 import type { ClaimHeader } from '../claims/headers.js'
 import { FORWARDED, HOP_BY_HOP, identityNames, STRIPPED_HEADERS } from '../common/header-names.js'
+import { parseSize } from '../config/units.js'
 
 export interface HeaderPolicy {
   readonly removed: ReadonlySet<string>
@@ -17,7 +18,17 @@ export interface HeaderPolicy {
   readonly issuer: string
   readonly trustForwarded: boolean
   readonly tls: boolean
+  /**
+   * `forward.max_identity_header_size`: the identity and claim headers of one request together (names and
+   * values), at most; a token whose claims would make more is refused, never forwarded.
+   */
+  readonly maxIdentityBytes: number
+  /** The identity headers' names, counted against `maxIdentityBytes` on every request. */
+  readonly identityNameBytes: number
 }
+
+/** `forward.max_identity_header_size` by default: half of what the client may send (`server.max_header_size`). */
+export const DEFAULT_MAX_IDENTITY_HEADER_SIZE = 8 * 1024
 
 /**
  * @param claimHeaders every header any `claim_headers` names (removed from every request, as identity
@@ -41,6 +52,8 @@ export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: bool
     issuer: identity[3]!,
     trustForwarded,
     tls,
+    maxIdentityBytes: forward?.max_identity_header_size === undefined ? DEFAULT_MAX_IDENTITY_HEADER_SIZE : parseSize(forward.max_identity_header_size),
+    identityNameBytes: identity[0]!.length + identity[1]!.length + identity[2]!.length + identity[3]!.length,
   }
 }
 

@@ -75,6 +75,8 @@ interface IdentityValues {
   readonly clientId: string | undefined
   readonly scopes: string
   readonly issuer: string
+  /** The four values' length together (what `forward.max_identity_header_size` counts besides names and claims). */
+  readonly bytes: number
 }
 
 /**
@@ -88,12 +90,11 @@ const identityValues = new WeakMap<Principal, IdentityValues>()
 function identityValuesOf(principal: Principal): IdentityValues {
   let values = identityValues.get(principal)
   if (values === undefined) {
-    values = {
-      subject: principal.subject === undefined ? undefined : identityValue(principal.subject),
-      clientId: principal.clientId === undefined ? undefined : identityValue(principal.clientId),
-      scopes: scopesValue(principal.scopes),
-      issuer: identityValue(principal.issuer),
-    }
+    const subject = principal.subject === undefined ? undefined : identityValue(principal.subject)
+    const clientId = principal.clientId === undefined ? undefined : identityValue(principal.clientId)
+    const scopes = scopesValue(principal.scopes)
+    const issuer = identityValue(principal.issuer)
+    values = { subject, clientId, scopes, issuer, bytes: (subject?.length ?? 0) + (clientId?.length ?? 0) + scopes.length + issuer.length }
     identityValues.set(principal, values)
   }
   return values
@@ -177,11 +178,26 @@ export function setInList(list: HeaderList, name: string, value: string): void {
 /** {@link setIdentityHeaders} for a forwarded request's list (no name in it is an identity or claim header). */
 function pushIdentityHeaders(out: HeaderList, principal: Principal, policy: HeaderPolicy, routeClaimHeaders: readonly ClaimHeader[] | null): void {
   const values = identityValuesOf(principal)
+  const claims = claimHeadersOf(principal, policy, routeClaimHeaders)
+  refuseOversized(values, claims, policy)
   if (values.subject !== undefined) out.push(policy.subject, values.subject)
   if (values.clientId !== undefined) out.push(policy.clientId, values.clientId)
   out.push(policy.scopes, values.scopes, policy.issuer, values.issuer)
-  const claims = claimHeadersOf(principal, policy, routeClaimHeaders)
   if (claims !== undefined) for (const name in claims) out.push(name, claims[name] as string)
+}
+
+/**
+ * `forward.max_identity_header_size`: the identity and claim headers together, names and values, at most that
+ * many bytes (5,000 groups would otherwise be a 60 KB header no upstream reads): the token is refused (401,
+ * logged `identity_headers_too_large`), never forwarded with less.
+ */
+function refuseOversized(values: IdentityValues, claims: OutgoingHeaders | undefined, policy: HeaderPolicy): void {
+  let bytes = policy.identityNameBytes + values.bytes
+  if (claims !== undefined) for (const name in claims) bytes += name.length + (claims[name] as string).length
+  if (bytes > policy.maxIdentityBytes) {
+    throw new InvalidToken(`identity_headers_too_large: ${bytes} bytes, more than forward.max_identity_header_size (${policy.maxIdentityBytes})`,
+      undefined, 'bad_claim')
+  }
 }
 
 /** The claim headers of `principal`: the issuer's mapping, then the route's (a header both name is the route's). */
@@ -197,16 +213,17 @@ function claimHeadersOf(principal: Principal, policy: HeaderPolicy, routeClaimHe
 /**
  * The identity headers (and claim headers) of `principal` into `out`: what the upstream receives, and what the
  * decision endpoint answers for the proxy in front to copy upstream. Throws InvalidToken (401) for a
- * claim no header can carry.
+ * claim no header can carry, and for headers over `forward.max_identity_header_size`.
  */
 export function setIdentityHeaders(out: OutgoingHeaders, principal: Principal, policy: HeaderPolicy,
   routeClaimHeaders: readonly ClaimHeader[] | null): void {
   const values = identityValuesOf(principal)
+  const claims = claimHeadersOf(principal, policy, routeClaimHeaders)
+  refuseOversized(values, claims, policy)
   if (values.subject !== undefined) out[policy.subject] = values.subject
   if (values.clientId !== undefined) out[policy.clientId] = values.clientId
   out[policy.scopes] = values.scopes
   out[policy.issuer] = values.issuer
-  const claims = claimHeadersOf(principal, policy, routeClaimHeaders)
   if (claims !== undefined) Object.assign(out, claims)
 }
 

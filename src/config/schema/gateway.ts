@@ -48,6 +48,7 @@ export const Forward = Strict({
   strip_authorization: Type.Optional(Type.Boolean()),
   trust_forwarded_headers: Type.Optional(Type.Boolean()),
   strip_headers: Type.Optional(Type.Array(HeaderName)),
+  max_identity_header_size: Type.Optional(Size),
 })
 
 /** `tracing`: OpenTelemetry traces over OTLP/HTTP (src/tracing/). */
