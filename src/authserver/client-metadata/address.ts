@@ -26,6 +26,7 @@ for (const [prefix, bits] of [
   ['127.0.0.0', 8], // loopback
   ['169.254.0.0', 16], // link-local, cloud metadata services
   ['192.0.0.0', 24], ['192.0.2.0', 24], ['198.18.0.0', 15], ['198.51.100.0', 24], ['203.0.113.0', 24], // special, benchmark, documentation
+  ['192.88.99.0', 24], // 6to4 relay anycast (RFC 7526): a tunnel to anywhere
   ['224.0.0.0', 4], ['240.0.0.0', 4], // multicast, reserved and broadcast
 ] as const) NOT_PUBLIC.addSubnet(prefix, bits, 'ipv4')
 for (const [prefix, bits] of [
@@ -33,7 +34,9 @@ for (const [prefix, bits] of [
   ['fc00::', 7], // unique local (ULA)
   ['fe80::', 10], // link-local
   ['ff00::', 8], // multicast
-  ['64:ff9b::', 96], ['64:ff9b:1::', 48], // NAT64: an IPv4 address in disguise
+  ['64:ff9b:1::', 48], // local-use NAT64 (RFC 8215): translated by a network of its own
+  ['fec0::', 10], // site-local (deprecated, RFC 3879, still routed inside some networks)
+  ['2001::', 32], // Teredo (RFC 4380): a tunnel whose IPv4 ends are obfuscated
   ['2001:db8::', 32], ['100::', 64], // documentation, discard
 ] as const) NOT_PUBLIC.addSubnet(prefix, bits, 'ipv6')
 
@@ -45,14 +48,35 @@ export function isPublicAddress(address: string): boolean {
   if (family === 4) return !NOT_PUBLIC.check(bare, 'ipv4')
   // The WHATWG URL parser writes IPv6 one canonical way: ::ffff:127.0.0.1 and 0:0:0:0:0:ffff:7f00:1 both become ::ffff:7f00:1.
   const canonical = new URL(`http://[${bare}]/`).hostname.slice(1, -1)
-  // An IPv4-mapped address is the IPv4 address it carries, judged as such.
-  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(canonical)
-  if (mapped) {
-    const high = parseInt(mapped[1]!, 16)
-    const low = parseInt(mapped[2]!, 16)
-    return isPublicAddress(`${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`)
-  }
+  // An IPv6 address that carries an IPv4 address is that IPv4 address, judged as such.
+  const carried = embeddedIpv4(hextets(canonical))
+  if (carried !== undefined) return isPublicAddress(carried)
   return !NOT_PUBLIC.check(canonical, 'ipv6')
+}
+
+/** The eight 16-bit groups of a canonical IPv6 address (hexadecimal groups, `::` at most once). */
+function hextets(canonical: string): number[] {
+  const [head, tail] = canonical.includes('::') ? canonical.split('::') as [string, string] : [canonical, undefined]
+  const parse = (part: string) => (part === '' ? [] : part.split(':').map((group) => parseInt(group, 16)))
+  const front = parse(head)
+  if (tail === undefined) return front
+  const back = parse(tail)
+  return [...front, ...Array<number>(8 - front.length - back.length).fill(0), ...back]
+}
+
+/**
+ * The IPv4 address an IPv6 address carries: IPv4-compatible (`::a.b.c.d`, RFC 4291 §2.5.5.1), IPv4-mapped
+ * (`::ffff:a.b.c.d`), SIIT (`::ffff:0:a.b.c.d`, RFC 2765), NAT64 well-known prefix (`64:ff9b::/96`, RFC 6052)
+ * and 6to4 (`2002:AABB:CCDD::/48`, RFC 3056); undefined for any other.
+ */
+function embeddedIpv4(groups: readonly number[]): string | undefined {
+  const zero = (from: number, to: number) => groups.slice(from, to).every((group) => group === 0)
+  const ipv4 = (high: number, low: number) => `${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`
+  if (zero(0, 5) && (groups[5] === 0 || groups[5] === 0xffff)) return ipv4(groups[6]!, groups[7]!)
+  if (zero(0, 4) && groups[4] === 0xffff && groups[5] === 0) return ipv4(groups[6]!, groups[7]!)
+  if (groups[0] === 0x64 && groups[1] === 0xff9b && zero(2, 6)) return ipv4(groups[6]!, groups[7]!)
+  if (groups[0] === 0x2002) return ipv4(groups[1]!, groups[2]!)
+  return undefined
 }
 
 /** The refusal that carries which host failed (for the log), never which address. */

@@ -31,11 +31,17 @@ describe('Client ID Metadata Document addresses', () => {
     '127.0.0.1', '127.255.0.1', '10.1.2.3', '172.16.0.1', '192.168.1.1', '169.254.169.254', '100.64.0.1', '0.0.0.0',
     '224.0.0.1', '255.255.255.255', '::1', '::', '::ffff:127.0.0.1', '::ffff:7f00:1', '0:0:0:0:0:ffff:a00:1', '::ffff:169.254.169.254',
     'fd00::1', 'fc00::1', 'fe80::1', 'ff02::1', '64:ff9b::a00:1', '[::1]', 'not-an-ip',
+    // IPv6 forms that carry an IPv4 address, judged by it: IPv4-compatible, SIIT, 6to4, NAT64.
+    '::169.254.169.254', '::a9fe:a9fe', '::ffff:0:a9fe:a9fe', '::ffff:0:169.254.169.254', '2002:a9fe:a9fe::1', '2002:7f00:1::',
+    '2002:a00:1:1::1', '64:ff9b::127.0.0.1', '64:ff9b::a9fe:a9fe',
+    // Not public whatever they carry: site-local, Teredo, local-use NAT64, the 6to4 relay anycast.
+    'fec0::1', 'feff::1', '2001::1', '2001:0:4136:e378:8000:63bf:3fff:fdd2', '64:ff9b:1::808:808', '192.88.99.1',
   ])('refuses %s', (address) => {
     expect(isPublicAddress(address)).toBe(false)
   })
 
-  it.each(['93.184.215.14', '8.8.8.8', '172.32.0.1', '2606:4700::1111', '::ffff:8.8.8.8'])('accepts the public address %s', (address) => {
+  it.each(['93.184.215.14', '8.8.8.8', '172.32.0.1', '2606:4700::1111', '::ffff:8.8.8.8', '2002:808:808::1', '64:ff9b::808:808',
+    '::ffff:0:808:808', '2001:4860:4860::8888'])('accepts the public address %s', (address) => {
     expect(isPublicAddress(address)).toBe(true)
   })
 
