@@ -93,11 +93,12 @@ interface Refusal {
   readonly error: InvalidClient
 }
 
-async function verifyClient(presented: PresentedCredentials, ctx: AuthServerContext): Promise<RegisteredClient | Refusal> {
+/** @param from the client address (bounds the metadata documents fetched on its behalf) */
+async function verifyClient(presented: PresentedCredentials, ctx: AuthServerContext, from: string): Promise<RegisteredClient | Refusal> {
   const { clientId, clientSecret, usedAuthorizationHeader: header } = presented
   const refuse = (reason: FailureReason, detail: string, challenge = header): Refusal => ({ reason, error: new InvalidClient(challenge, detail) })
   // The YAML's clients, then RFC 7591 registrations in the store: an unknown id reads the store as a registered one does.
-  const client = await ctx.clients.lookup(clientId)
+  const client = await ctx.clients.lookup(clientId, from)
   if (!client) {
     // One scrypt, as a wrong secret of a known client costs, so timing does not list the client_ids.
     if (clientSecret !== undefined) await ctx.clients.verifyUnknown(clientSecret)
@@ -139,7 +140,7 @@ export async function authenticateClient(request: FastifyRequest, form: Form, ct
   // Counted before the secret is verified, so parallel guesses get no more verifications than the
   // allowance; given back when it verifies (only this attempt's points: no success clears earlier failures).
   const verified = await verifyThrottled(ctx.throttle, [`client:${presented.clientId}`, ipKey],
-    () => verifyClient(presented, ctx), (outcome) => !('reason' in outcome))
+    () => verifyClient(presented, ctx, request.ip), (outcome) => !('reason' in outcome))
   if (!('reason' in verified)) {
     // A registered client that authenticated is in use: it no longer expires unused.
     await verified.dynamic?.recordUse()

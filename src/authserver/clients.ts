@@ -156,10 +156,11 @@ export class ClientRegistry {
   }
   /**
    * The YAML's client (which wins any clash), else a registration in the store, else (a URL client_id) its
-   * metadata document; throws when the store fails, InvalidClient when the document does.
+   * metadata document; throws when the store fails, InvalidClient when the document does, TooManyAttempts when
+   * `from`, the client address that asks, has made the server fetch too many documents.
    */
-  async lookup(clientId: string): Promise<RegisteredClient | undefined> {
-    return this.clients.get(clientId) ?? await this.dynamic?.client(clientId) ?? await this.documents?.client(clientId)
+  async lookup(clientId: string, from?: string): Promise<RegisteredClient | undefined> {
+    return this.clients.get(clientId) ?? await this.dynamic?.client(clientId) ?? await this.documents?.client(clientId, from)
   }
   /** The YAML's clients (metadata lists their scopes). */
   all(): RegisteredClient[] {

@@ -34,5 +34,6 @@ export interface RegisteredClient {
 
 /** Where dynamically registered clients come from (registration/registrations.ts), and metadata documents (client-metadata/). */
 export interface DynamicClientSource {
-  client(clientId: string): Promise<RegisteredClient | undefined>
+  /** @param from the client address that asks, where a fetch on its behalf is bounded (metadata documents) */
+  client(clientId: string, from?: string): Promise<RegisteredClient | undefined>
 }

@@ -16,6 +16,7 @@ import { metadataDocumentClient } from '../clients.js'
 import type { RegisteredClient } from '../registered-client.js'
 import { DEFAULT_REDIRECT_URI_FORMS, formNotAllowed, redirectUriForm, type RedirectUriForm } from '../registration/redirect-uris.js'
 import { systemResolver, resolvePublic, validatingLookup, type Resolver } from './address.js'
+import { DEFAULT_FETCH_BOUNDS, FetchBounds, type FetchBoundSettings } from './fetch-bounds.js'
 
 export interface ClientMetadataDocumentSettings {
   /** Exact hosts or `*.example.com` patterns; empty: any (public) host. */
@@ -33,6 +34,8 @@ export interface ClientMetadataDocumentSettings {
   readonly redirectUriForms: ReadonlySet<RedirectUriForm>
   /** `ca_file`: CAs trusted instead of the system's. */
   readonly caFile?: string
+  /** `rate`: fetches per client address, and at once. */
+  readonly bounds: FetchBoundSettings
 }
 
 /** `client_metadata_documents` with its defaults; undefined unless enabled. */
@@ -47,6 +50,11 @@ export function resolveClientMetadataDocuments(config: AuthorizationServerConfig
     cacheTtlMaxMs: parseDuration(config.cache_ttl?.max ?? '24h'),
     allowPrivateAddresses: config.allow_private_addresses ?? false,
     redirectUriForms: new Set(config.redirect_uris ?? DEFAULT_REDIRECT_URI_FORMS),
+    bounds: {
+      fetches: config.rate?.fetches ?? DEFAULT_FETCH_BOUNDS.fetches,
+      windowSeconds: Math.max(1, Math.ceil(parseDuration(config.rate?.window ?? '1m') / 1000)),
+      concurrent: config.rate?.concurrent ?? DEFAULT_FETCH_BOUNDS.concurrent,
+    },
     ...(config.ca_file !== undefined && { caFile: config.ca_file }),
   }
 }
@@ -143,6 +151,7 @@ export class ClientMetadataDocuments {
   private readonly inFlight = new Map<string, Promise<FetchedDocument>>()
   private readonly agent: Agent
   private readonly resolver: Resolver
+  private readonly bounds: FetchBounds
 
   /**
    * @param options.resolver DNS, injected in tests; every address it answers is checked before a connection is made
@@ -151,6 +160,7 @@ export class ClientMetadataDocuments {
   constructor(private readonly settings: ClientMetadataDocumentSettings, private readonly now: () => number,
     options: { resolver?: Resolver; ca?: string } = {}) {
     this.resolver = options.resolver ?? systemResolver
+    this.bounds = new FetchBounds(settings.bounds)
     this.agent = new Agent({
       connect: {
         lookup: validatingLookup(this.resolver, settings.allowPrivateAddresses),
@@ -163,15 +173,27 @@ export class ClientMetadataDocuments {
     })
   }
 
-  /** The client a URL client_id describes; undefined for any other client_id. Throws InvalidClient when the document fails. */
-  async client(clientId: string): Promise<RegisteredClient | undefined> {
+  /**
+   * The client a URL client_id describes; undefined for any other client_id. Throws InvalidClient when the
+   * document fails, TooManyAttempts when `from` (the client address that asks) has fetched too many (`rate`).
+   */
+  async client(clientId: string, from?: string): Promise<RegisteredClient | undefined> {
     if (!isUrlClientId(clientId)) return undefined
     const cached = this.cache.get(clientId)
     if (cached !== undefined && cached.expiresAt > this.now()) return cached.client
     let pending = this.inFlight.get(clientId)
     if (pending === undefined) {
-      pending = this.fetchDocument(clientId).finally(() => this.inFlight.delete(clientId))
-      this.inFlight.set(clientId, pending)
+      // Later steps of a flow /authorize admitted (login, consent) name no address: it was counted there.
+      const ended = from === undefined ? undefined : await this.bounds.admit(from)
+      pending = this.inFlight.get(clientId)
+      if (pending !== undefined) ended?.()
+      else {
+        pending = this.fetchDocument(clientId).finally(() => {
+          this.inFlight.delete(clientId)
+          ended?.()
+        })
+        this.inFlight.set(clientId, pending)
+      }
     }
     const fetched = await pending
     if (fetched.expiresAt > this.now()) this.cache.set(clientId, fetched)

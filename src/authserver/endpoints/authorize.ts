@@ -138,7 +138,7 @@ async function authorize(ctx: AuthServerContext, request: FastifyRequest, reply:
   if (typeof clientId === 'object') return errorPage(reply, 'The client_id parameter is repeated')
   let client: RegisteredClient | undefined
   try {
-    client = clientId === undefined ? undefined : await ctx.clients.lookup(clientId)
+    client = clientId === undefined ? undefined : await ctx.clients.lookup(clientId, request.ip)
   } catch (error) {
     // A Client ID Metadata Document that could not be fetched or used. Its redirect URIs are unknown: a page.
     if (error instanceof InvalidClient) {

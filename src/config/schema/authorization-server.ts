@@ -109,6 +109,12 @@ export const AuthorizationServer = Strict({
     redirect_uris: Type.Optional(RedirectUriForms),
     // PEM CAs trusted for document hosts instead of the system's (a private CA); relative to the config file.
     ca_file: Type.Optional(NonEmpty),
+    // Fetches started per client address (failures included) and in flight at once (client-metadata/fetch-bounds.ts).
+    rate: Type.Optional(Strict({
+      fetches: Type.Optional(Type.Integer({ minimum: 1 })),
+      window: Type.Optional(Duration),
+      concurrent: Type.Optional(Type.Integer({ minimum: 1, maximum: 100 })),
+    })),
   })),
 })
 
