@@ -188,6 +188,13 @@ export function configWarnings(config: GatewayConfig): string[] {
       warnings.push(`resources[${index}] (${resource.resource}) names no authorization server: set authorization_servers, enable authorization_server, or give an issuer discovery: true; clients (MCP's among them) cannot find where to get a token`)
     }
   })
+  // RFC 9449 §8: the workers take the primary's nonce key (cluster-messages.ts), which lives as long as it does.
+  const workers = config.server?.workers
+  if (config.dpop?.nonce && config.dpop.nonce_secret === undefined && workers !== undefined && workers !== 1) {
+    warnings.push(`dpop.nonce is on without dpop.nonce_secret and server.workers is ${workers}: the workers share one nonce key the primary makes ` +
+      'at start, so each accepts the others\' nonces; a restart makes a new key (a client then gets use_dpop_nonce once and retries). ' +
+      'Set nonce_secret to keep nonces across restarts and instances')
+  }
   warnings.push(...authorizationServerWarnings(config))
   warnings.push(...decisionWarnings(config))
   return warnings

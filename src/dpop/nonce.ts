@@ -15,11 +15,21 @@ export interface NonceIssuer {
 const MAC_BYTES = 16
 
 /**
- * @param secret shared by every instance (`dpop.nonce_secret`); a random one per process when undefined
+ * The key when `dpop.nonce_secret` is not set: one per process, kept across reloads, or under `server.workers`
+ * the one the primary made at start and handed every worker (useSharedNonceKey), so that they accept each other's.
+ */
+let defaultKey: Buffer | undefined
+
+export function useSharedNonceKey(key: Buffer): void {
+  defaultKey = key
+}
+
+/**
+ * @param secret shared by every instance (`dpop.nonce_secret`); the process's (or the workers' shared) key when undefined
  * @param lifetimeMs one window
  */
 export function createNonceIssuer(secret: string | undefined, lifetimeMs: number, nowMs: () => number = Date.now): NonceIssuer {
-  const key = secret === undefined ? randomBytes(32) : Buffer.from(secret, 'utf8')
+  const key = secret === undefined ? (defaultKey ??= randomBytes(32)) : Buffer.from(secret, 'utf8')
   const mac = (window: number) => createHmac('sha256', key).update(`dpop-nonce.${window}`).digest().subarray(0, MAC_BYTES)
   const encode = (window: number) => {
     const bytes = Buffer.alloc(6 + MAC_BYTES)

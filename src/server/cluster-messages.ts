@@ -20,6 +20,12 @@ export type ClusterMessage =
   /** worker → primary, and the answer: whether `key` is seen for the first time (DPoP proofs, RFC 9449 §11.1). */
   | { readonly portcullis: 'first-use?'; readonly id: number; readonly key: string; readonly ttlSeconds: number }
   | { readonly portcullis: 'first-use'; readonly id: number; readonly first: boolean }
+  /**
+   * worker → primary at start, and the answer: the DPoP nonce key every worker uses when `dpop.nonce_secret` is
+   * not set (made once by the primary, so that the workers accept each other's nonces; base64url).
+   */
+  | { readonly portcullis: 'nonce-key?' }
+  | { readonly portcullis: 'nonce-key'; readonly key: string }
 
 export function isClusterMessage(value: unknown): value is ClusterMessage {
   return typeof value === 'object' && value !== null && typeof (value as { portcullis?: unknown }).portcullis === 'string'
@@ -100,4 +106,24 @@ export class FirstUseMarks {
     this.marks.set(key, now + ttlSeconds * 1000)
     return true
   }
+}
+
+/** How long a starting worker waits for the primary's nonce key before it makes one of its own (logged). */
+const NONCE_KEY_TIMEOUT_MS = 5000
+
+/** The workers' shared DPoP nonce key, asked of the primary; undefined when it does not answer in time. */
+export function askNonceKey(): Promise<Buffer | undefined> {
+  return new Promise((resolve) => {
+    const done = (key: Buffer | undefined) => {
+      clearTimeout(timer)
+      process.off('message', listener)
+      resolve(key)
+    }
+    const listener = (message: unknown) => {
+      if (isClusterMessage(message) && message.portcullis === 'nonce-key') done(Buffer.from(message.key, 'base64url'))
+    }
+    const timer = setTimeout(() => done(undefined), NONCE_KEY_TIMEOUT_MS)
+    process.on('message', listener)
+    if (!toPrimary({ portcullis: 'nonce-key?' })) done(undefined)
+  })
 }

@@ -8,10 +8,14 @@ import { AggregatorRegistry } from 'prom-client'
 import { clusterLimiter } from '../authserver/throttle.js'
 import { Metrics } from '../metrics/metrics.js'
 import { readinessProblems } from './admin.js'
-import { ipcBroadcast, ipcFirstUse, isClusterMessage, toPrimary } from './cluster-messages.js'
+import { useSharedNonceKey } from '../dpop/nonce.js'
+import { askNonceKey, ipcBroadcast, ipcFirstUse, isClusterMessage, toPrimary } from './cluster-messages.js'
 import { runPortcullis, type RunningPortcullis } from './run.js'
 
 export async function runWorker(file: string): Promise<RunningPortcullis> {
+  // Before the config is read: the nonce issuer takes the key when it is made.
+  const nonceKey = await askNonceKey()
+  if (nonceKey !== undefined) useSharedNonceKey(nonceKey)
   const metrics = new Metrics({ worker: cluster.worker!.id })
   const running = await runPortcullis(file, { worker: true, metrics, workers: { broadcast: ipcBroadcast(), limiter: clusterLimiter, once: ipcFirstUse() } })
   // Constructing one is what makes prom-client answer the primary's requests for this worker's metrics.

@@ -16,6 +16,7 @@
  *   `/readyz` (every worker running and ready).
  */
 import cluster, { type Worker } from 'node:cluster'
+import { randomBytes } from 'node:crypto'
 import { availableParallelism } from 'node:os'
 import type { FastifyInstance } from 'fastify'
 import pino from 'pino'
@@ -67,9 +68,12 @@ export async function runPrimary(config: GatewayConfig, count: number): Promise<
     for (const worker of connectedWorkers()) if (worker !== from) worker.send(message)
   }
   const marks = new FirstUseMarks()
+  // `dpop.nonce` without `nonce_secret`: one key for every worker, replacements included, asked for at start.
+  const nonceKey = randomBytes(32).toString('base64url')
   cluster.on('message', (worker, message: unknown) => {
     if (!isClusterMessage(message)) return
     if (message.portcullis === 'broadcast') relay(worker, message)
+    if (message.portcullis === 'nonce-key?' && worker.isConnected()) worker.send({ portcullis: 'nonce-key', key: nonceKey } satisfies ClusterMessage)
     if (message.portcullis === 'first-use?' && worker.isConnected()) {
       worker.send({ portcullis: 'first-use', id: message.id, first: marks.firstUse(message.key, message.ttlSeconds) } satisfies ClusterMessage)
     }

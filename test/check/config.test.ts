@@ -629,3 +629,17 @@ describe('issue 15 item 12: a catch-all route without authentication is warned a
     expect(configWarnings(loadConfig(FILE, quiet, {}))).toEqual([])
   })
 })
+
+describe('dpop.nonce under server.workers', () => {
+  const warningsOf = (extra: string) => configWarnings(loadConfig('portcullis.yaml', minimalConfig(extra), {}))
+    .filter((warning) => warning.startsWith('dpop.nonce is on without dpop.nonce_secret'))
+  it('says the workers share the primary\'s nonce key when no nonce_secret is set', () => {
+    expect(warningsOf('server: { workers: 2 }\ndpop: { nonce: true }\n')).toEqual([expect.stringContaining('the workers share one nonce key the primary makes at start')])
+    expect(warningsOf('server: { workers: auto }\ndpop: { nonce: true }\n')).toHaveLength(1)
+  })
+  it('says nothing with one process, without nonces, or with a nonce_secret', () => {
+    expect(warningsOf('dpop: { nonce: true }\n')).toEqual([])
+    expect(warningsOf('server: { workers: 2 }\n')).toEqual([])
+    expect(warningsOf(`server: { workers: 2 }\ndpop: { nonce: true, nonce_secret: "${'s'.repeat(32)}" }\n`)).toEqual([])
+  })
+})

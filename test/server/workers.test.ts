@@ -85,7 +85,8 @@ interface Cluster {
   servedBy(url: string): Set<number>
 }
 
-async function startCluster(upstream: RecordingUpstream, throttling?: Record<string, unknown>, issuer?: TestIssuer): Promise<Cluster> {
+async function startCluster(upstream: RecordingUpstream, throttling?: Record<string, unknown>, issuer?: TestIssuer,
+  extra: Record<string, unknown> = {}): Promise<Cluster> {
   const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-workers-'))
   const [port, adminPort, decisionPort] = await Promise.all([closedPort(), closedPort(), closedPort()])
   const url = `http://127.0.0.1:${port}`
@@ -115,6 +116,7 @@ async function startCluster(upstream: RecordingUpstream, throttling?: Record<str
   }
   if (throttling) Object.assign(config.authorization_server as Record<string, unknown>, { throttling })
   if (issuer) config.issuers = [{ issuer: issuer.issuer, jwks_uri: issuer.jwksUri, audience: [issuer.audience], algorithms: ['ES256'] }]
+  Object.assign(config, extra)
   const file = path.join(dir, 'portcullis.yaml')
   writeFileSync(file, stringify(config))
   const running = spawnProcess(process.execPath, [CLI, 'start', '--config', file])
@@ -239,6 +241,42 @@ describe('server.workers: 2', () => {
       for (const agent of agents.values()) agent.destroy()
     }
   })
+
+  it('dpop.nonce without nonce_secret: a nonce one worker issued is accepted by the other', async () => {
+    const nonced = await startCluster(upstream, undefined, issuer, { dpop: { nonce: true } })
+    const agents = await agentsOnBothWorkers(nonced).catch(async (error: unknown) => {
+      nonced.process.kill()
+      throw error
+    })
+    try {
+      const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+      const jwk = await exportJWK(publicKey)
+      const token = await issuer.sign({ scope: 'items:read', cnf: { jkt: await calculateJwkThumbprint(jwk) } })
+      const proof = (nonce?: string) => new SignJWT({ jti: randomUUID(), iat: Math.floor(Date.now() / 1000), htm: 'GET', htu: `${nonced.url}/api/dpop`,
+        ath: createHash('sha256').update(token).digest('base64url'), ...(nonce !== undefined && { nonce }) })
+        .setProtectedHeader({ alg: 'ES256', typ: 'dpop+jwt', jwk }).sign(privateKey)
+      const send = (agent: http.Agent, dpop: string) => new Promise<{ status: number; nonce: string | undefined }>((resolve, reject) => {
+        const req = http.request(`${nonced.url}/api/dpop`, { agent, headers: { authorization: `DPoP ${token}`, dpop } }, (res) => {
+          res.resume()
+          res.on('end', () => resolve({ status: res.statusCode!, nonce: res.headers['dpop-nonce'] as string | undefined }))
+        })
+        req.on('error', reject)
+        req.end()
+      })
+      const [a, b] = [...agents.values()]
+      const pairs: Array<[http.Agent, http.Agent]> = [[a!, b!], [b!, a!]]
+      for (const [issuing, using] of pairs) {
+        const asked = await send(issuing, await proof())
+        expect(asked.status).toBe(401)
+        expect(asked.nonce).toBeDefined()
+        expect((await send(using, await proof(asked.nonce))).status).toBe(200)
+      }
+    } finally {
+      for (const agent of agents.values()) agent.destroy()
+      nonced.process.kill()
+      await nonced.process.exited
+    }
+  }, 60_000)
 
   it('brute force spread over both workers is counted once', async () => {
     const small = await startCluster(upstream, { failures_per_client: 4, failures_per_ip: 100000 })
