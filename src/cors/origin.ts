@@ -3,6 +3,7 @@
  * by hand at load (no URL class: it would normalize what the browser sends byte for byte, and no regex comes
  * from the config); a request's `Origin` is then compared as a string, or checked label by label for a pattern.
  */
+import { getPublicSuffix } from 'tldts'
 
 /** One entry of `allowed_origins`, parsed. */
 export type AllowedOrigin =
@@ -56,6 +57,10 @@ function parsePattern(prefix: string, host: string, port: string): AllowedOrigin
     return 'a pattern\'s "*." must be followed by a DNS name'
   }
   if (!suffix.includes('.')) return `a pattern needs two labels after "*." (*.${suffix} would allow every site under a top-level domain)`
+  // The Public Suffix List, private section included: *.co.uk, *.github.io and *.herokuapp.com are other people's sites.
+  if (getPublicSuffix(suffix, { allowPrivateDomains: true }) === suffix) {
+    return `*.${suffix} would allow every site under a public suffix (Public Suffix List): name a domain registered under it`
+  }
   return { kind: 'pattern', prefix, tail: `.${suffix}${port}` }
 }
 

@@ -48,12 +48,24 @@ describe('allowed_origins', () => {
     ['https://*.*.example.com', /whole leftmost label only/],
     ['https://*', /whole leftmost label only/],
     ['https://*.com', /two labels after "\*\."/],
+    // The Public Suffix List, ICANN and private sections: every site under one of them is someone else's.
+    ['https://*.co.uk', /public suffix \(Public Suffix List\)/],
+    ['https://*.com.au', /public suffix/],
+    ['https://*.github.io', /public suffix/],
+    ['https://*.herokuapp.com', /public suffix/],
+    ['https://*.s3.amazonaws.com', /public suffix/],
+    ['http://*.co.uk:8080', /public suffix/],
     ['https://*.10.0.0.1', /DNS name/],
     ['https://app.example.com.', /ends with a dot/],
     ['https://app_1.example.com', /not a DNS name/],
   ])('%s is refused', (origin, message) => {
     expect(originIssue(origin)).toMatch(message)
   })
+
+  it.each(['https://*.example.co.uk', 'https://*.example.com', 'https://*.myapp.github.io', 'https://*.corp.internal:8443'])(
+    '%s, a domain registered under a public suffix, is accepted', (origin) => {
+      expect(() => loadConfig(FILE, file(`cors:\n  allowed_origins: [ "${origin}" ]\n`).replace(/^\n/, ''), {})).not.toThrow()
+    })
 
   it('may not be empty, nor list "*" beside others', () => {
     expect(issuesOf(file('cors: { allowed_origins: [] }\n')).map((issue) => `${issue.line}:${issue.col} ${issue.path}: ${issue.message}`))
