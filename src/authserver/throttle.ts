@@ -95,6 +95,8 @@ interface Held {
   readonly refused: boolean
 }
 
+/** How long the throttle counts in memory alone after its shared store failed, before it tries the store again. */
+const SHARED_RETRY_MS = 5000
 /** The longest an attempt waits for places held by attempts in flight before it is refused after all. */
 export const IN_FLIGHT_WAIT_MS = 1000
 /** Its first look again, then each pause doubled up to the longest (places given back in another process are only seen by looking). */
@@ -139,10 +141,17 @@ export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterF
   const perIdentity = family(createLimiter, `portcullis-${name}-identity`, duration, positiveInteger('failures_per_client', settings.failuresPerClient))
   const perIp = family(createLimiter, `portcullis-${name}-ip`, duration, positiveInteger('failures_per_ip', settings.failuresPerIp))
   const familyOf = (key: string) => (key.startsWith('ip:') ? perIp : perIdentity)
+  // A shared store that failed is left alone for SHARED_RETRY_MS: meanwhile the insurance counts at once, so
+  // that a Redis that hangs costs one command timeout, not one per attempt (the token endpoint's 2 s bound).
+  let sharedDownUntil = 0
+  const sharedDown = () => Date.now() < sharedDownUntil
+  const markDown = () => { sharedDownUntil = Date.now() + SHARED_RETRY_MS }
   const take = (key: string): Promise<Held> => {
     const { counters, insurance } = familyOf(key).reserved
+    if (insurance !== undefined && sharedDown()) return consumeOne(insurance, key)
     return consumeOne(counters, key).catch((error: unknown) => {
       if (insurance === undefined) throw error
+      markDown()
       return consumeOne(insurance, key)
     })
   }
@@ -153,6 +162,7 @@ export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterF
   // counted (store down): the attempt only waits longer before its refusal.
   const recordFailure = (key: string) => {
     const { counters, insurance } = familyOf(key).failures
+    if (insurance !== undefined && sharedDown()) return void insurance.consume(key, 1).catch(() => undefined)
     counters.consume(key, 1).catch((error: unknown) => {
       if (!(error instanceof RateLimiterRes)) return insurance?.consume(key, 1)
       return undefined
@@ -162,7 +172,7 @@ export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterF
   const failedOut = async (key: string): Promise<boolean> => {
     const { counters, insurance } = familyOf(key).failures
     try {
-      const state = await counters.get(key).catch((error: unknown) => {
+      const state = await (insurance !== undefined && sharedDown() ? insurance : counters).get(key).catch((error: unknown) => {
         if (insurance === undefined) throw error
         return insurance.get(key)
       })

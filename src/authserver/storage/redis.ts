@@ -26,7 +26,7 @@ import type { ArtifactKind, ArtifactRecord, ArtifactWrite, FoundArtifact, Storag
 export interface RedisStorageOptions extends StorageOptions {
   /** Prepended to every key; must contain a `{…}` hash tag (Redis Cluster). Default `{portcullis}:`. */
   prefix?: string
-  /** How long a command may take before the operation fails with 503 (default 2000 ms). */
+  /** How long a command may take before the operation fails with 503 (default 1500 ms: with the throttle's 500 ms, 2 s). */
   commandTimeoutMs?: number
   /** Index entries of expired artifacts are cleared this often (default 60 s; 0 turns the timer off). */
   purgeIntervalMs?: number
@@ -78,7 +78,7 @@ export async function createRedisAdapter(url: string, options: RedisStorageOptio
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
-    commandTimeout: options.commandTimeoutMs ?? 2000,
+    commandTimeout: options.commandTimeoutMs ?? 1500,
     socketTimeout: SOCKET_TIMEOUT_MS,
     connectTimeout: 5000,
     retryStrategy: (attempt) => Math.min(attempt * 100, 1000),
