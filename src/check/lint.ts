@@ -2,6 +2,7 @@
 import { isLoopbackHost } from '../config/loopback.js'
 import { readable } from '../config/files.js'
 import { fileURLToPath } from 'node:url'
+import { DEFAULT_STREAMS_PER_ADDRESS } from '../forward/request-body.js'
 import type { GatewayConfig } from '../config/schema.js'
 import type { Problem } from '../common/problem.js'
 import { compileRules } from '../rules/compile.js'
@@ -188,6 +189,15 @@ export function configWarnings(config: GatewayConfig): string[] {
       warnings.push(`resources[${index}] (${resource.resource}) names no authorization server: set authorization_servers, enable authorization_server, or give an issuer discovery: true; clients (MCP's among them) cannot find where to get a token`)
     }
   })
+  // One address streaming as many bodies as an upstream lets stream at once (half its pool) could hold them all.
+  const perAddress = config.server?.body_streams_per_address ?? DEFAULT_STREAMS_PER_ADDRESS
+  for (const [name, upstream] of Object.entries(config.upstreams ?? {})) {
+    const streamed = Math.max(1, Math.floor((upstream.connections ?? 128) / 2))
+    if (perAddress >= streamed) {
+      warnings.push(`server.body_streams_per_address ${perAddress} is not under the ${streamed} streamed bodies upstreams.${name} takes at once ` +
+        '(half its connections): one client address could hold them all; lower it or raise connections')
+    }
+  }
   // RFC 9449 §8: the workers take the primary's nonce key (cluster-messages.ts), which lives as long as it does.
   const workers = config.server?.workers
   if (config.dpop?.nonce && config.dpop.nonce_secret === undefined && workers !== undefined && workers !== 1) {

@@ -1,9 +1,9 @@
 /**
  * Request bodies being received, watched by one sweep for all of them: a body that pauses longer than
- * `server.body_timeout`, or that arrives slower than `server.body_min_rate` once that long has passed, is
- * refused with 408 (slow bodies held the upstream's connections). Time the gateway itself holds
- * the body back (the upstream not reading, or no pool connection free yet) is not the client's and does
- * not count.
+ * `server.body_timeout`, or that arrives slower than `server.body_min_rate` over the last `body_timeout` (a
+ * sliding window: a fast start buys no slow rest), is refused with 408 (slow bodies held the upstream's
+ * connections). Time the gateway itself holds the body back (the upstream not reading, or no pool connection
+ * free yet) is not the client's and does not count.
  */
 import { performance } from 'node:perf_hooks'
 import type { Readable } from 'node:stream'
@@ -13,8 +13,12 @@ export interface BodyPolicy {
   /** Bodies up to this many bytes are read whole before an upstream connection is taken (0: never). */
   readonly bufferSize: number
   readonly idleMs: number
-  /** Bytes per second, averaged over the time the gateway was reading (0: no minimum). */
+  /** Bytes per second over the last `idleMs` of reading (0: no minimum). */
   readonly minRate: number
+  /** `server.body_streams_per_address`: bodies one client address may stream to upstreams at once. */
+  readonly streamsPerAddress: number
+  /** `forward.trust_forwarded_headers`: the client's address is the last `X-Forwarded-For` entry. */
+  readonly trustForwarded: boolean
 }
 
 /** How often the sweep runs while some body is being received. */
@@ -22,10 +26,13 @@ const SWEEP_MS = 250
 
 export class WatchedBody {
   private bytes = 0
-  private readonly startedAt = performance.now()
-  private lastAt = this.startedAt
-  /** Time the body was held back by the gateway, not the client. */
-  private heldMs = 0
+  private lastAt = performance.now()
+  /** The sliding window of the rate: bytes and reading time per sweep, oldest first (held time left out). */
+  private readonly windowBytes: number[] = []
+  private readonly windowMs: number[] = []
+  private windowTotalMs = 0
+  private windowTotalBytes = 0
+  private bytesAtSweep = 0
 
   constructor(private readonly policy: BodyPolicy, private readonly source: Readable, private readonly onTimeout: (error: RequestTimeout) => void) {}
 
@@ -46,19 +53,28 @@ export class WatchedBody {
 
   /** Why the body is overdue at `now`, or undefined. */
   overdue(now: number, sinceSweep: number): string | undefined {
-    // Paused by a pipe whose reader is not reading: the gateway's doing.
+    const arrived = this.bytes - this.bytesAtSweep
+    this.bytesAtSweep = this.bytes
+    // Paused by a pipe whose reader is not reading: the gateway's doing, not in the window.
     if (this.source.readableFlowing === false) {
-      this.heldMs += sinceSweep
       this.lastAt = now
       return undefined
     }
     const { idleMs, minRate } = this.policy
     if (now - this.lastAt > idleMs) return `no body data for ${Math.round(now - this.lastAt)} ms`
-    const reading = now - this.startedAt - this.heldMs
-    if (minRate > 0 && reading > idleMs && (this.bytes * 1000) / reading < minRate) {
-      return `body arriving at ${Math.round((this.bytes * 1000) / reading)} bytes/s`
+    if (minRate === 0) return undefined
+    this.windowBytes.push(arrived)
+    this.windowMs.push(sinceSweep)
+    this.windowTotalBytes += arrived
+    this.windowTotalMs += sinceSweep
+    // The window is full once it spans idleMs of reading; then its oldest sweeps leave it.
+    if (this.windowTotalMs < idleMs) return undefined
+    while (this.windowTotalMs - this.windowMs[0]! >= idleMs) {
+      this.windowTotalMs -= this.windowMs.shift()!
+      this.windowTotalBytes -= this.windowBytes.shift()!
     }
-    return undefined
+    const rate = (this.windowTotalBytes * 1000) / this.windowTotalMs
+    return rate < minRate ? `body arriving at ${Math.round(rate)} bytes/s over the last ${Math.round(this.windowTotalMs)} ms` : undefined
   }
 }
 

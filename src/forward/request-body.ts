@@ -7,7 +7,8 @@
 import type { IncomingMessage } from 'node:http'
 import type { Readable } from 'node:stream'
 import { namesAccessToken } from '../authn/bearer.js'
-import { InvalidRequest, MalformedRequest, RequestTooLarge } from '../errors/oauth-errors.js'
+import { InvalidRequest, MalformedRequest, RateLimited, RequestTooLarge } from '../errors/oauth-errors.js'
+import { clientAddress } from '../ratelimit/limiter.js'
 import { BodyMeter } from './proxy.js'
 import { watchBody, type BodyPolicy } from './body-watch.js'
 
@@ -62,7 +63,11 @@ function readPrefix(req: IncomingMessage, bound: number, limit: number, policy: 
  * fails with RequestTooLarge; a declared length is enforced by Node's parser) and watched.
  */
 function streamRest(req: IncomingMessage, prefix: readonly Buffer[], limit: number, policy: BodyPolicy): BodyMeter {
+  const done = admitStream(req, policy)
   const meter = new BodyMeter(limit)
+  // Whichever comes first: the body handed on and ended (or failed), or the request over (answered, refused, gone).
+  meter.once('close', done)
+  req.once('close', done)
   const watch = watchBody(policy, req, (error) => meter.destroy(error))
   meter.onChunk = (bytes) => watch.seen(bytes)
   const release = () => { watch.stop(); req.unpipe(meter); req.pause() }
@@ -73,6 +78,34 @@ function streamRest(req: IncomingMessage, prefix: readonly Buffer[], limit: numb
   req.on('close', () => { if (!req.complete) meter.destroy(new MalformedRequest('the request body ended early')) })
   for (const chunk of prefix) meter.write(chunk)
   return req.pipe(meter)
+}
+
+/** `server.body_streams_per_address` by default. */
+export const DEFAULT_STREAMS_PER_ADDRESS = 4
+
+/** Bodies streaming to an upstream now, by client address (clientAddress: an IPv6 /64 is one). */
+const streamingFrom = new Map<string, number>()
+
+/**
+ * One more body streamed from this request's client address, or RateLimited (429) past
+ * `server.body_streams_per_address`: one address's slow uploads cannot take the upstreams' share of streamed
+ * bodies (half of each pool) from everyone else. Returns the release, safe to call more than once.
+ */
+function admitStream(req: IncomingMessage, policy: BodyPolicy): () => void {
+  const address = clientAddress(req, policy.trustForwarded)
+  const now = streamingFrom.get(address) ?? 0
+  if (now >= policy.streamsPerAddress) {
+    throw new RateLimited('body_streams_per_address', 1, null, `${now} request bodies already streaming from this address`)
+  }
+  streamingFrom.set(address, now + 1)
+  let released = false
+  return () => {
+    if (released) return
+    released = true
+    const left = (streamingFrom.get(address) ?? 1) - 1
+    if (left <= 0) streamingFrom.delete(address)
+    else streamingFrom.set(address, left)
+  }
 }
 
 /**

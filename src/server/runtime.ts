@@ -11,6 +11,7 @@ import { Authenticator, type EmbeddedIssuer, type RevocationCheck } from '../aut
 import type { DpopConfig, GatewayConfig } from '../config/schema.js'
 import { parseDuration, parseSize } from '../config/units.js'
 import type { BodyPolicy } from '../forward/body-watch.js'
+import { DEFAULT_STREAMS_PER_ADDRESS } from '../forward/request-body.js'
 import { createUpstream, type Upstream } from '../forward/proxy.js'
 import { addedHeaderNames, createHeaderPolicy, type HeaderPolicy } from '../forward/header-policy.js'
 import { enterKnownHeaderNames } from '../forward/known-names.js'
@@ -140,6 +141,8 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
       bufferSize: parseSize(config.server?.body_buffer_size ?? '64kb'),
       idleMs: parseDuration(config.server?.body_timeout ?? '10s'),
       minRate: parseSize(config.server?.body_min_rate ?? '1kb'),
+      streamsPerAddress: config.server?.body_streams_per_address ?? DEFAULT_STREAMS_PER_ADDRESS,
+      trustForwarded: config.forward?.trust_forwarded_headers ?? false,
     },
     log: deps.log,
     requestLog: deps.requestLog,

@@ -643,3 +643,16 @@ describe('dpop.nonce under server.workers', () => {
     expect(warningsOf(`server: { workers: 2 }\ndpop: { nonce: true, nonce_secret: "${'s'.repeat(32)}" }\n`)).toEqual([])
   })
 })
+
+describe('server.body_streams_per_address against the pools', () => {
+  const warningsOf = (extra: string) => configWarnings(loadConfig('portcullis.yaml', minimalConfig(extra), {}))
+    .filter((warning) => warning.startsWith('server.body_streams_per_address'))
+  it('warns when one address could hold every streamed body an upstream takes at once', () => {
+    expect(warningsOf('')).toEqual([])
+    const small = minimalConfig().replace('    url: "http://127.0.0.1:9001"', '    url: "http://127.0.0.1:9001"\n    connections: 8')
+    expect(configWarnings(loadConfig('portcullis.yaml', small, {})).filter((warning) => warning.startsWith('server.body_streams_per_address')))
+      .toEqual(['server.body_streams_per_address 4 is not under the 4 streamed bodies upstreams.main takes at once (half its connections): one client address could hold them all; lower it or raise connections'])
+    expect(warningsOf('server: { body_streams_per_address: 64 }\n')).toHaveLength(1)
+    expect(warningsOf('server: { body_streams_per_address: 63 }\n')).toEqual([])
+  })
+})

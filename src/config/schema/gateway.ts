@@ -20,6 +20,7 @@ export const Server = Strict({
   body_buffer_size: Type.Optional(Size),
   body_timeout: Type.Optional(Duration),
   body_min_rate: Type.Optional(Size),
+  body_streams_per_address: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000 })),
   // Worker processes sharing the listeners (node:cluster); `auto` = the CPUs this process may use.
   workers: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 256 }), Type.Literal('auto')],
     { 'x-message': 'must be a number of workers from 1 to 256, or auto' })),
