@@ -54,7 +54,7 @@ export interface AuditEvents {
     readonly client_id?: string
     readonly method?: string
     readonly reason: 'malformed_credentials' | 'no_client_id' | 'unsupported_method' | 'unknown_client' | 'public_client_sent_secret'
-      | 'no_secret' | 'wrong_secret'
+      | 'no_secret' | 'wrong_secret' | 'wrong_certificate'
     /** The endpoint path. */
     readonly endpoint?: string
   }

@@ -14,7 +14,7 @@ import { parseDuration } from '../config/units.js'
 import { InvalidToken, TemporarilyUnavailable, type InvalidTokenReason } from '../errors/oauth-errors.js'
 import type { IntrospectionOutcome, IntrospectionRecorder, Metrics } from '../metrics/metrics.js'
 import { issuerClaims, readPermissions, unmetIssuerCondition, type IssuerClaims } from '../claims/issuer.js'
-import { audienceMatches, keepClaims, readJkt, readScopes, type Principal } from '../common/principal.js'
+import { audienceMatches, keepClaims, readConfirmation, readScopes, type Principal } from '../common/principal.js'
 import { tokenHash, type TokenCache } from './token-cache.js'
 
 /** A cached introspection answer: a principal, or why the token was refused (logged, and counted). */
@@ -208,10 +208,12 @@ export class IntrospectionClient {
     const unmet = unmetIssuerCondition(conditions, body)
     if (unmet !== undefined) return refuse('bad_claim', `unmet_issuer_condition ${unmet}`)
     const clientId = body.client_id
-    const jkt = readJkt(body)
-    if (jkt === null) return refuse('bad_claim', 'bad_cnf_claim')
+    const confirmation = readConfirmation(body)
+    if (confirmation === null) return refuse('bad_claim', 'bad_cnf_claim')
+    const { jkt, x5t } = confirmation
     const principal: Principal = {
       ...(jkt !== undefined && { jkt }),
+      ...(x5t !== undefined && { x5t }),
       issuer: this.issuer,
       subject: typeof body.sub === 'string' ? body.sub : undefined,
       clientId: typeof clientId === 'string' ? clientId : undefined,

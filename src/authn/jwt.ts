@@ -14,7 +14,7 @@ import { KeySetUnavailable, RemoteKeySet } from './jwks.js'
 import { UnusableKey, isSupportedAlgorithm, verifyJwsSignature } from './jws-verify.js'
 import { effectiveAlgorithms, issuerClaims, readClientId, readPermissions, unmetIssuerCondition, type IssuerClaims } from '../claims/issuer.js'
 import { readClaim } from '../claims/path.js'
-import { audienceMatches, keepClaims, readJkt, readScopes, type Principal } from '../common/principal.js'
+import { audienceMatches, keepClaims, readConfirmation, readScopes, type Principal } from '../common/principal.js'
 
 /** The reason codes logged for a rejected JWT. */
 export type JwtRejection =
@@ -120,11 +120,13 @@ export class JwtIssuer {
     if (!scopes) throw rejectJwt('bad_scope_claim')
     const unmet = unmetIssuerCondition(conditions, payload)
     if (unmet !== undefined) throw new InvalidToken(`unmet_issuer_condition ${unmet}`, undefined, 'bad_claim')
-    const jkt = readJkt(payload)
-    if (jkt === null) throw rejectJwt('bad_cnf_claim')
+    const confirmation = readConfirmation(payload)
+    if (confirmation === null) throw rejectJwt('bad_cnf_claim')
+    const { jkt, x5t } = confirmation
     const own = this.ownAudience
     return {
       ...(jkt !== undefined && { jkt }),
+      ...(x5t !== undefined && { x5t }),
       // RFC 8707: issued for resources only; checkClaims has already found `aud` among the issuer's audiences.
       ...(own !== undefined && !audienceMatches(payload.aud, own) && { resourceOnly: true as const }),
       issuer: this.config.issuer,

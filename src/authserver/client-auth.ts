@@ -12,6 +12,7 @@ import type { ClientAuthMethod, RegisteredClient } from './registered-client.js'
 import type { AuthServerContext } from './context.js'
 import type { Form } from './http.js'
 import { verifyThrottled } from './throttle.js'
+import { peerCertificate } from '../common/client-certificate.js'
 
 export interface BasicCredentials {
   readonly clientId: string
@@ -93,12 +94,12 @@ interface Refusal {
   readonly error: InvalidClient
 }
 
-/** @param from the client address (bounds the metadata documents fetched on its behalf) */
-async function verifyClient(presented: PresentedCredentials, ctx: AuthServerContext, from: string): Promise<RegisteredClient | Refusal> {
+/** @param request its address bounds the metadata documents fetched on its behalf; its connection's certificate (RFC 8705) */
+async function verifyClient(presented: PresentedCredentials, ctx: AuthServerContext, request: FastifyRequest): Promise<RegisteredClient | Refusal> {
   const { clientId, clientSecret, usedAuthorizationHeader: header } = presented
   const refuse = (reason: FailureReason, detail: string, challenge = header): Refusal => ({ reason, error: new InvalidClient(challenge, detail) })
   // The YAML's clients, then RFC 7591 registrations in the store: an unknown id reads the store as a registered one does.
-  const client = await ctx.clients.lookup(clientId, from)
+  const client = await ctx.clients.lookup(clientId, request.ip)
   if (!client) {
     // One scrypt, as a wrong secret of a known client costs, so timing does not list the client_ids.
     if (clientSecret !== undefined) await ctx.clients.verifyUnknown(clientSecret)
@@ -108,6 +109,15 @@ async function verifyClient(presented: PresentedCredentials, ctx: AuthServerCont
     // RFC 6749 §2.1, §5.2: a public client only names itself; a secret (Basic, even an empty one) is invalid_client.
     if (presented.method !== 'none') return refuse('public_client_sent_secret', `public client ${clientId} sent a secret`)
     return client
+  }
+  // RFC 8705 §2: the client's TLS certificate is its credential, and its tokens are bound to it (§3).
+  if (client.certificate !== undefined) {
+    if (presented.method !== 'none') return refuse('unsupported_method', `client ${clientId} authenticates with its TLS certificate, not a secret`)
+    const peer = peerCertificate(request.raw.socket)
+    if (!client.certificate.accepts(peer)) {
+      return refuse('wrong_certificate', `client ${clientId}: ${peer === undefined ? 'no TLS client certificate' : 'not its TLS client certificate'}`, false)
+    }
+    return { ...client, boundCertificate: peer!.thumbprint }
   }
   if (clientSecret === undefined) return refuse('no_secret', `confidential client ${clientId} sent no secret`, false)
   // Basic and post are both accepted whichever one the client registered (openid-client sends post by default).
@@ -140,7 +150,7 @@ export async function authenticateClient(request: FastifyRequest, form: Form, ct
   // Counted before the secret is verified, so parallel guesses get no more verifications than the
   // allowance; given back when it verifies (only this attempt's points: no success clears earlier failures).
   const verified = await verifyThrottled(ctx.throttle, [`client:${presented.clientId}`, ipKey],
-    () => verifyClient(presented, ctx, request.ip), (outcome) => !('reason' in outcome))
+    () => verifyClient(presented, ctx, request), (outcome) => !('reason' in outcome))
   if (!('reason' in verified)) {
     // A registered client that authenticated is in use: it no longer expires unused.
     await verified.dynamic?.recordUse()

@@ -2,6 +2,9 @@
  * Registered clients: from the YAML, and from RFC 7591 registrations in the store. Looked up by
  * client_id, the YAML first; secrets only ever compared in constant time.
  */
+import { X509Certificate } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { certificateThumbprint, normalizeDn } from '../common/client-certificate.js'
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import { LRUCache } from 'lru-cache'
 import type { ClientConfig } from '../config/schema.js'
@@ -32,6 +35,27 @@ async function verifyAgainstDecoy(secret: string): Promise<false> {
   return false
 }
 
+/**
+ * RFC 8705 §2.1: `tls_client_auth`, a certificate that chains to `server.tls.client_ca_file` and names the
+ * client's `tls_client_auth_subject_dn` or `tls_client_auth_san_dns`; §2.2: `self_signed_tls_client_auth`, the
+ * very certificate of `self_signed_certificate_file` (compared by its SHA-256 thumbprint).
+ */
+function certificateCheck(config: ClientConfig): RegisteredClient['certificate'] {
+  if (config.token_endpoint_auth_method === 'tls_client_auth') {
+    const dn = config.tls_client_auth_subject_dn === undefined ? undefined : normalizeDn(config.tls_client_auth_subject_dn)
+    const san = config.tls_client_auth_san_dns?.toLowerCase()
+    return {
+      accepts: (peer) => peer !== undefined && peer.authorized &&
+        (dn !== undefined ? normalizeDn(peer.subject) === dn : san !== undefined && peer.dnsNames.some((name) => name.toLowerCase() === san)),
+    }
+  }
+  if (config.token_endpoint_auth_method === 'self_signed_tls_client_auth' && config.self_signed_certificate_file !== undefined) {
+    const thumbprint = certificateThumbprint(new X509Certificate(readFileSync(config.self_signed_certificate_file)).raw)
+    return { accepts: (peer) => peer !== undefined && peer.thumbprint === thumbprint }
+  }
+  return undefined
+}
+
 function register(config: ClientConfig): RegisteredClient {
   const hasSecret = config.client_secret !== undefined || config.client_secret_hash !== undefined
   // scrypt costs tens of milliseconds by design: once a secret has verified, its SHA-256 digest is kept
@@ -54,6 +78,7 @@ function register(config: ClientConfig): RegisteredClient {
     ...(config.refresh_token_reuse_grace !== undefined && { refreshReuseGraceMs: parseDuration(config.refresh_token_reuse_grace) }),
     idTokenAlg: config.id_token_signed_response_alg ?? 'RS256',
     dpopBoundAccessTokens: config.dpop_bound_access_tokens ?? false,
+    ...(certificateCheck(config) && { certificate: certificateCheck(config)! }),
     verifySecret: async (secret) => {
       if (config.client_secret_hash !== undefined) {
         const digest = sha256(secret)

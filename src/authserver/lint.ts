@@ -8,6 +8,7 @@ import type { AuthorizationServerConfig, ClientConfig, GatewayConfig } from '../
 import type { Problem } from '../common/problem.js'
 import { parseDuration, parseSize } from '../config/units.js'
 import { isRedisUrl } from '../redis/url.js'
+import { CERTIFICATE_METHODS, lintCertificateClient } from './lint-certificates.js'
 
 /** The grants that can hand out a refresh token; `refresh_token` alone is useless. */
 const ISSUES_REFRESH = new Set(['authorization_code', 'password', 'urn:ietf:params:oauth:grant-type:device_code'])
@@ -51,7 +52,11 @@ function lintClient(client: ClientConfig, at: Array<string | number>, problems: 
   }
   const secrets = [client.client_secret, client.client_secret_hash].filter((value) => value !== undefined).length
   if (method === 'none' && secrets > 0) problems.push({ path: at, message: 'a public client (token_endpoint_auth_method: none) has no secret' })
-  if (method !== 'none' && secrets !== 1) problems.push({ path: at, message: 'a confidential client needs exactly one of client_secret or client_secret_hash' })
+  if (CERTIFICATE_METHODS.has(method)) {
+    if (secrets > 0) problems.push({ path: at, message: `a ${method} client authenticates with its certificate: it has no secret` })
+  } else if (method !== 'none' && secrets !== 1) {
+    problems.push({ path: at, message: 'a confidential client needs exactly one of client_secret or client_secret_hash' })
+  }
   const grants = new Set(client.grant_types)
   if (grants.has('client_credentials') && method === 'none') {
     problems.push({ path: [...at, 'grant_types'], message: 'client_credentials needs a confidential client (RFC 6749 §4.4)' })
@@ -217,6 +222,7 @@ export function lintAuthorizationServer(config: GatewayConfig): Problem[] {
     if (clientIds.has(client.client_id)) problems.push({ path: [...at, 'client_id'], message: `duplicate client_id (also clients[${clientIds.get(client.client_id)}])` })
     clientIds.set(client.client_id, index)
     lintClient(client, at, problems, as.signing?.algorithm ?? 'ES256')
+    lintCertificateClient(config, client, at, problems)
   })
   const usernames = new Map<string, number>()
   ;(as.users ?? []).forEach((user, index) => {

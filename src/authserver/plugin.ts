@@ -93,6 +93,8 @@ function principalOf(record: StoredAccessToken, settings: AuthServerSettings): P
     ...(aud !== undefined && !aud.some((value) => settings.audience.includes(value)) && { resourceOnly: true as const }),
     // RFC 9449 §6: the key a bound token must be presented with, as a JWT's cnf.jkt.
     ...(typeof record.jkt === 'string' && { jkt: record.jkt }),
+    // RFC 8705 §3: the certificate a bound token must be presented over, as a JWT's cnf.x5t#S256.
+    ...(typeof record.x5t === 'string' && { x5t: record.x5t }),
   }
 }
 

@@ -1,8 +1,9 @@
 /** A client as every endpoint and grant sees it, wherever it was registered (the YAML, RFC 7591, a metadata document). */
 import type { GrantType } from '../config/schema.js'
 import type { SigningAlgorithm } from '../common/token-formats.js'
+import type { PeerCertificate } from '../common/client-certificate.js'
 
-export type ClientAuthMethod = 'client_secret_basic' | 'client_secret_post' | 'none'
+export type ClientAuthMethod = 'client_secret_basic' | 'client_secret_post' | 'none' | 'tls_client_auth' | 'self_signed_tls_client_auth'
 
 export interface RegisteredClient {
   readonly clientId: string
@@ -23,6 +24,16 @@ export interface RegisteredClient {
   readonly dpopBoundAccessTokens: boolean
   /** Compares a presented secret with the registered one (plain from ${ENV}, or an scrypt hash). */
   verifySecret(secret: string): Promise<boolean>
+  /**
+   * RFC 8705 §2: a client that authenticates with its TLS client certificate (`tls_client_auth`,
+   * `self_signed_tls_client_auth`): whether the connection's certificate is its own.
+   */
+  readonly certificate?: { accepts(peer: PeerCertificate | undefined): boolean }
+  /**
+   * Set on the client of one token request that authenticated with its certificate: that certificate's
+   * `x5t#S256`, which its access tokens are bound to (RFC 8705 §3).
+   */
+  readonly boundCertificate?: string
   /** Set for a client that registered itself (RFC 7591): its name is its own claim, never verified. */
   readonly dynamic?: {
     /** Records that the client was used (it then outlives `registration.unused_expiry`); once, then a no-op. */

@@ -61,6 +61,8 @@ export interface StoredAccessToken {
   readonly format: 'jwt' | 'opaque'
   /** RFC 9449 §6: the thumbprint of the DPoP key the token is bound to; absent for a Bearer token. */
   readonly jkt?: string
+  /** RFC 8705 §3.1: the thumbprint of the TLS client certificate the token is bound to. */
+  readonly x5t?: string
   readonly [member: string]: unknown
 }
 
@@ -168,8 +170,8 @@ export class TokenService {
    * `jkt` (the request's DPoP key), bound to that key.
    */
   async issueAccessToken(grant: TokenGrant, scope: readonly string[], audience: readonly string[] = this.settings.audience,
-    jkt?: string): Promise<MintedAccessToken> {
-    const minted = this.mintAccessToken(grant, scope, audience, jkt)
+    jkt?: string, x5t?: string): Promise<MintedAccessToken> {
+    const minted = this.mintAccessToken(grant, scope, audience, jkt, x5t)
     await this.store.upsert(minted.write.kind, minted.write.id, minted.write.value, minted.write.expiresInSeconds)
     this.noteIssued(minted)
     return minted
@@ -180,7 +182,7 @@ export class TokenService {
    * same atomic step as the consume (StorageAdapter.consumeAndWrite), then calls noteIssued.
    */
   mintAccessToken(grant: TokenGrant, scope: readonly string[], audience: readonly string[] = this.settings.audience,
-    jkt?: string): MintedAccessToken {
+    jkt?: string, x5t?: string): MintedAccessToken {
     const { settings } = this
     const iat = this.nowSeconds()
     const expiresIn = Math.max(1, Math.min(settings.accessTokenTtlSeconds, grant.expiresAt - iat))
@@ -188,7 +190,7 @@ export class TokenService {
     const jti = randomUUID()
     const record: StoredAccessToken = {
       grantId: grant.grantId, jti, clientId: grant.clientId, sub: grant.sub, scope: scope.join(' '),
-      aud: [...audience], iat, exp, format: settings.accessTokenFormat, ...(jkt !== undefined && { jkt }),
+      aud: [...audience], iat, exp, format: settings.accessTokenFormat, ...(jkt !== undefined && { jkt }), ...(x5t !== undefined && { x5t }),
     }
     let token: string
     let id: string
@@ -208,8 +210,8 @@ export class TokenService {
         iat,
         exp,
         jti,
-        // RFC 9449 §6.1: the confirmation of the DPoP key the token is bound to.
-        ...(jkt !== undefined && { cnf: { jkt } }),
+        // RFC 9449 §6.1, RFC 8705 §3.1: the confirmation of the DPoP key, or the certificate, the token is bound to.
+        ...((jkt !== undefined || x5t !== undefined) && { cnf: { ...(jkt !== undefined && { jkt }), ...(x5t !== undefined && { 'x5t#S256': x5t }) } }),
       }, key.privateKey)
       id = jti
     }
@@ -249,7 +251,7 @@ export class TokenService {
     const { scope, withRefresh, audience, jkt } = tokens
     // Written together: one commit of the store (group commit) rather than two in a row.
     const [{ token, tokenType, expiresIn }, refreshToken] = await Promise.all([
-      this.issueAccessToken(grant, scope, audience, jkt),
+      this.issueAccessToken(grant, scope, audience, jkt, client.boundCertificate),
       withRefresh && client.grantTypes.has('refresh_token') ? this.issueRefreshToken(grant) : undefined,
     ])
     return {

@@ -11,6 +11,7 @@ import { compileResources, defaultAuthorizationServers } from '../resources/meta
 import { lintCors } from '../cors/lint.js'
 import { lintMcp } from '../mcp/compile.js'
 import { authorizationServerWarnings, lintAuthorizationServer } from '../authserver/lint.js'
+import { lintListenerCertificates } from '../authserver/lint-certificates.js'
 import { parseDuration, parseSize } from '../config/units.js'
 import { badPort } from '../config/listen.js'
 import { decisionWarnings, lintDecision } from '../decision/lint.js'
@@ -66,6 +67,8 @@ export function lintConfig(config: GatewayConfig): Problem[] {
   compileResources(config, problems)
   // `cors:`: CORS origins, patterns, credentials with `*`, max_age, route overrides.
   problems.push(...lintCors(config))
+  // `server.tls` client certificates (RFC 8705).
+  lintListenerCertificates(config, problems)
   // `routes[].mcp`: MCP routes read their messages whole, within server.body_buffer_size.
   problems.push(...lintMcp(config))
   if (!config.server?.allow_insecure_http) {
@@ -80,8 +83,9 @@ export function lintConfig(config: GatewayConfig): Problem[] {
   }
   const tls = config.server?.tls
   if (tls) {
-    for (const key of ['cert_file', 'key_file'] as const) {
-      if (!readable(tls[key])) problems.push({ path: ['server', 'tls', key], message: `cannot read ${tls[key]}` })
+    for (const key of ['cert_file', 'key_file', 'client_ca_file'] as const) {
+      const file = tls[key]
+      if (file !== undefined && !readable(file)) problems.push({ path: ['server', 'tls', key], message: `cannot read ${file}` })
     }
   }
   for (const [name, upstream] of Object.entries(config.upstreams)) {

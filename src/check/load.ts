@@ -232,7 +232,15 @@ function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
   return {
     ...config,
     ...(config.server && {
-      server: { ...config.server, ...(tls && { tls: { cert_file: resolve(tls.cert_file), key_file: resolve(tls.key_file) } }) },
+      server: {
+        ...config.server,
+        ...(tls && {
+          tls: {
+            ...tls, cert_file: resolve(tls.cert_file), key_file: resolve(tls.key_file),
+            ...(tls.client_ca_file !== undefined && { client_ca_file: resolve(tls.client_ca_file) }),
+          },
+        }),
+      },
     }),
     upstreams: Object.fromEntries(Object.entries(config.upstreams).map(([name, upstream]) =>
       [name, upstream.ca_file ? { ...upstream, ca_file: resolve(upstream.ca_file) } : upstream])),
@@ -253,13 +261,17 @@ function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
   }
 }
 
-/** The embedded server's files: its SQLite store, and the CAs of client metadata document hosts. */
+/** The embedded server's files: its SQLite store, the CAs of client metadata document hosts, clients' self-signed certificates. */
 function resolveAuthServerPaths(as: AuthorizationServerConfig, resolve: (file: string) => string): AuthorizationServerConfig {
   const documents = as.client_metadata_documents
   return {
     ...as,
     ...(as.store?.path && { store: { ...as.store, path: resolve(as.store.path) } }),
     ...(documents?.ca_file && { client_metadata_documents: { ...documents, ca_file: resolve(documents.ca_file) } }),
+    ...(as.clients && {
+      clients: as.clients.map((client) => (client.self_signed_certificate_file === undefined ? client
+        : { ...client, self_signed_certificate_file: resolve(client.self_signed_certificate_file) })),
+    }),
   }
 }
 

@@ -19,6 +19,11 @@ export interface Principal {
    */
   readonly jkt?: string | undefined
   /**
+   * RFC 8705 §3.1: the SHA-256 thumbprint of the TLS client certificate the token is bound to (`cnf.x5t#S256`);
+   * undefined for a token not bound to a certificate.
+   */
+  readonly x5t?: string | undefined
+  /**
    * RFC 8707: the token was issued for resources only (`resources[].resource`), none of its issuer's own
    * audiences (the embedded server's `access_token.audience`): accepted on those resources' routes alone,
    * never on a route outside every resource. Unset for every other token.
@@ -71,17 +76,34 @@ export function readScopes(claims: Readonly<Record<string, unknown>>, claim: Sco
   return []
 }
 
+/** What a token's `cnf` (RFC 7800) binds it to, of the confirmations the gateway checks. */
+export interface Confirmation {
+  /** RFC 9449 §6: a DPoP key's thumbprint. */
+  readonly jkt?: string | undefined
+  /** RFC 8705 §3.1: a TLS client certificate's thumbprint. */
+  readonly x5t?: string | undefined
+}
+
+const NO_CONFIRMATION: Confirmation = {}
+/** base64url of a SHA-256 digest: 43 characters. */
+const SHA256_THUMBPRINT = /^[A-Za-z0-9_-]{43}$/
+
 /**
- * RFC 9449 §6: the thumbprint a token is bound to, from `cnf.jkt` (a JWT's claims or an introspection
- * answer); undefined when there is no `cnf.jkt`, null when it is malformed (the token is refused: a binding
- * the gateway cannot read must not turn the token into a Bearer token).
+ * The confirmation of a token (a JWT's claims or an introspection answer): `cnf.jkt` (RFC 9449 §6) and
+ * `cnf.x5t#S256` (RFC 8705 §3.1); empty without `cnf`. Null when `cnf` is malformed or names any other member
+ * (`jwk`, `kid`, `x5t`…): a binding the gateway does not check must not turn the token into a Bearer token.
  */
-export function readJkt(claims: Readonly<Record<string, unknown>>): string | undefined | null {
+export function readConfirmation(claims: Readonly<Record<string, unknown>>): Confirmation | null {
   const cnf = Object.hasOwn(claims, 'cnf') ? claims.cnf : undefined
-  if (cnf === undefined) return undefined
+  if (cnf === undefined) return NO_CONFIRMATION
   if (typeof cnf !== 'object' || cnf === null || Array.isArray(cnf)) return null
-  if (!Object.hasOwn(cnf, 'jkt')) return undefined
-  const jkt = (cnf as Record<string, unknown>).jkt
-  // base64url of a SHA-256 digest: 43 characters.
-  return typeof jkt === 'string' && /^[A-Za-z0-9_-]{43}$/.test(jkt) ? jkt : null
+  let jkt: string | undefined
+  let x5t: string | undefined
+  for (const [member, value] of Object.entries(cnf as Record<string, unknown>)) {
+    if (typeof value !== 'string' || !SHA256_THUMBPRINT.test(value)) return null
+    if (member === 'jkt') jkt = value
+    else if (member === 'x5t#S256') x5t = value
+    else return null
+  }
+  return jkt === undefined && x5t === undefined ? NO_CONFIRMATION : { jkt, x5t }
 }

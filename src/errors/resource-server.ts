@@ -26,7 +26,7 @@ export class InvalidRequest extends GatewayError {
 export type InvalidTokenReason =
   | 'malformed' | 'unknown_issuer' | 'expired' | 'not_yet_valid' | 'bad_signature' | 'unknown_kid'
   | 'disallowed_algorithm' | 'wrong_audience' | 'wrong_issuer' | 'wrong_type' | 'bad_claim' | 'inactive'
-  | 'revoked' | 'bad_introspection_response' | 'other'
+  | 'revoked' | 'bad_introspection_response' | 'certificate_mismatch' | 'other'
 
 export class InvalidToken extends GatewayError {
   readonly code = 'invalid_token'

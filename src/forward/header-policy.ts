@@ -25,6 +25,8 @@ export interface HeaderPolicy {
   readonly maxIdentityBytes: number
   /** The identity headers' names, counted against `maxIdentityBytes` on every request. */
   readonly identityNameBytes: number
+  /** `forward.client_certificate_header`: the bound certificate's subject goes upstream under this name; null: never. */
+  readonly clientCertificate: string | null
 }
 
 /** `forward.max_identity_header_size` by default: half of what the client may send (`server.max_header_size`). */
@@ -43,6 +45,9 @@ export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: bool
   const removed = new Set([...HOP_BY_HOP, ...identity, ...STRIPPED_HEADERS, ...(forward?.strip_headers ?? []).map((name) => name.toLowerCase()),
     ...(trustForwarded ? [] : FORWARDED), ...claimHeaders.names, ...alsoRemoved])
   if (forward?.strip_authorization) removed.add('authorization')
+  const clientCertificate = forward?.client_certificate_header?.toLowerCase() ?? null
+  // Only the gateway sets it: a client's own copy is never forwarded.
+  if (clientCertificate !== null) removed.add(clientCertificate)
   return {
     removed,
     issuerClaimHeaders: claimHeaders.byIssuer.size > 0 ? claimHeaders.byIssuer : null,
@@ -54,6 +59,7 @@ export function createHeaderPolicy(forward: ForwardConfig | undefined, tls: bool
     tls,
     maxIdentityBytes: forward?.max_identity_header_size === undefined ? DEFAULT_MAX_IDENTITY_HEADER_SIZE : parseSize(forward.max_identity_header_size),
     identityNameBytes: identity[0]!.length + identity[1]!.length + identity[2]!.length + identity[3]!.length,
+    clientCertificate,
   }
 }
 

@@ -81,6 +81,8 @@ const RESTART_ONLY: ReadonlyArray<[string, (config: GatewayConfig) => unknown]> 
   ['server.listen', (config) => config.server?.listen],
   ['server.max_header_size', (config) => config.server?.max_header_size],
   ['server.workers', (config) => config.server?.workers],
+  // Whether the handshake asks for a certificate is the listener's, fixed when it is made.
+  ['server.tls.client_certificates', (config) => config.server?.tls?.client_certificates],
   ['admin', (config) => config.admin],
   ['authorization_server', (config) => config.authorization_server],
   // The embedded server learns the resource identifiers clients may ask for (RFC 8707) at start.
@@ -194,7 +196,11 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
     const nextTls = next.server?.tls
     if (Boolean(nextTls) !== Boolean(tls)) throw new Error('server.tls cannot be turned on or off by a reload: restart')
     // Read before anything changes, so an unreadable certificate fails the reload as a whole.
-    const secureContext = nextTls && { cert: readFileSync(nextTls.cert_file), key: readFileSync(nextTls.key_file) }
+    const secureContext = nextTls && {
+      cert: readFileSync(nextTls.cert_file), key: readFileSync(nextTls.key_file),
+      // The CAs client certificates are checked against (tls_client_auth): replaced with the rest, never dropped.
+      ...(nextTls.client_certificates === 'request' && nextTls.client_ca_file !== undefined && { ca: readFileSync(nextTls.client_ca_file) }),
+    }
     const runtime = buildRuntime(next, deps, pipeline!.runtime)
     if (secureContext) (app.server as https.Server).setSecureContext(secureContext)
     pipeline!.swap(runtime)

@@ -7,8 +7,14 @@ import { giveBearerSlot } from '../authn/bearer.js'
 export interface ListenerTls {
   readonly cert_file: string
   readonly key_file: string
-  /** Require a client certificate signed by this CA (the TLS handshake refuses a client without one). */
+  /**
+   * The decision listener: require a client certificate signed by this CA (the handshake refuses a client
+   * without one). The public listener with `client_certificates: request`: the CAs a certificate is checked
+   * against (socket.authorized, for `tls_client_auth`), none required.
+   */
   readonly client_ca_file?: string | undefined
+  /** `server.tls.client_certificates`: `request` asks for a certificate and accepts any, or none (RFC 8705). */
+  readonly client_certificates?: 'off' | 'request' | undefined
 }
 
 /**
@@ -29,6 +35,10 @@ function createTlsListener(tls: ListenerTls, maxHeaderSize: number, handler: htt
     minVersion: 'TLSv1.2',
     ALPNProtocols: ['http/1.1'],
     maxHeaderSize,
-    ...(tls.client_ca_file !== undefined && { ca: readFileSync(tls.client_ca_file), requestCert: true, rejectUnauthorized: true }),
+    ...(tls.client_certificates === 'request'
+      // Asked for, not required, and not refused unverified: a self-signed certificate binds a token as well as
+      // any (RFC 8705 §2.2, §3); whether it chains to client_ca_file is socket.authorized.
+      ? { requestCert: true, rejectUnauthorized: false, ...(tls.client_ca_file !== undefined && { ca: readFileSync(tls.client_ca_file) }) }
+      : tls.client_ca_file !== undefined && { ca: readFileSync(tls.client_ca_file), requestCert: true, rejectUnauthorized: true }),
   }, handler)
 }

@@ -656,3 +656,52 @@ describe('server.body_streams_per_address against the pools', () => {
     expect(warningsOf('server: { body_streams_per_address: 63 }\n')).toEqual([])
   })
 })
+
+describe('certificate-authenticated clients (RFC 8705 §2)', () => {
+  const problems = (extra: string): string[] => {
+    try {
+      loadConfig('portcullis.yaml', minimalConfig(extra), {})
+      return []
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error
+      // The PEM files named here do not exist: only what the client settings say is looked at.
+      return error.issues.map((issue) => `${issue.path}: ${issue.message}`).filter((problem) => !problem.startsWith('server.tls.'))
+    }
+  }
+  const as = (client: string, tls = '') => `${tls}authorization_server:\n  enabled: true\n  issuer: "https://127.0.0.1:8443"\n  store: { type: memory }\n  clients:\n    - ${client}\n`
+  const TLS = 'server: { tls: { cert_file: c.pem, key_file: k.pem, client_certificates: request, client_ca_file: ca.pem } }\n'
+  const client = (extra: string) => `{ client_id: svc, grant_types: [client_credentials], scopes: [a], ${extra} }`
+
+  it('tls_client_auth needs the listener to ask, a CA, and exactly one of subject DN or DNS name; no secret', () => {
+    expect(problems(as(client('token_endpoint_auth_method: tls_client_auth, tls_client_auth_subject_dn: "CN=svc"'), TLS))).toEqual([])
+    expect(problems(as(client('token_endpoint_auth_method: tls_client_auth, tls_client_auth_subject_dn: "CN=svc"'))))
+      .toEqual(['authorization_server.clients[0].token_endpoint_auth_method: tls_client_auth needs server.tls with client_certificates: request (the listener must ask for the certificate)',
+        'authorization_server.clients[0].token_endpoint_auth_method: tls_client_auth needs server.tls.client_ca_file: the CAs its certificate must chain to'])
+    expect(problems(as(client('token_endpoint_auth_method: tls_client_auth'), TLS)))
+      .toEqual(['authorization_server.clients[0]: tls_client_auth needs exactly one of tls_client_auth_subject_dn or tls_client_auth_san_dns (RFC 8705 §2.1.2)'])
+    expect(problems(as(client('token_endpoint_auth_method: tls_client_auth, tls_client_auth_san_dns: svc.internal, client_secret: "0123456789abcdef0123"'), TLS)))
+      .toEqual(['authorization_server.clients[0]: a tls_client_auth client authenticates with its certificate: it has no secret'])
+    expect(problems(as(client('client_secret: "0123456789abcdef0123", tls_client_auth_san_dns: svc.internal'), TLS)))
+      .toEqual(['authorization_server.clients[0]: tls_client_auth_subject_dn and tls_client_auth_san_dns go with token_endpoint_auth_method: tls_client_auth'])
+  })
+
+  it('self_signed_tls_client_auth needs a readable certificate file', () => {
+    expect(problems(as(client('token_endpoint_auth_method: self_signed_tls_client_auth'), TLS)))
+      .toEqual(['authorization_server.clients[0]: self_signed_tls_client_auth needs self_signed_certificate_file: the certificate the client presents (PEM)'])
+    expect(problems(as(client('token_endpoint_auth_method: self_signed_tls_client_auth, self_signed_certificate_file: /nonexistent/cert.pem'), TLS))[0])
+      .toMatch(/^authorization_server.clients\[0\].self_signed_certificate_file: is not a readable PEM certificate/)
+  })
+
+  it('server.tls.client_ca_file needs client_certificates: request', () => {
+    const issues = (() => {
+      try {
+        loadConfig('portcullis.yaml', minimalConfig('server: { tls: { cert_file: c.pem, key_file: k.pem, client_ca_file: ca.pem } }\n'), {})
+        return []
+      } catch (error) {
+        return (error as ConfigError).issues.map((issue) => `${issue.path}: ${issue.message}`)
+      }
+    })()
+    expect(issues).toContain('server.tls.client_ca_file: needs client_certificates: request')
+    expect(issues.some((issue) => issue.startsWith('server.tls.client_ca_file: cannot read'))).toBe(true)
+  })
+})

@@ -65,3 +65,13 @@ export function createTestCa(commonName = 'Portcullis Test CA'): TestCa {
     remove: () => rmSync(dir, { recursive: true, force: true }),
   }
 }
+
+/** A self-signed client certificate (RFC 8705 §2.2: `self_signed_tls_client_auth`), in a directory of its own. */
+export function createSelfSignedCertificate(name: string): IssuedCertificate & { remove(): void } {
+  const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-self-signed-'))
+  newKey(dir, `${name}.key`)
+  openssl(dir, ['req', '-x509', '-new', '-key', `${name}.key`, '-sha256', '-days', '2', '-subj', `/CN=${name}`, '-out', `${name}.crt`])
+  const certFile = path.join(dir, `${name}.crt`)
+  const keyFile = path.join(dir, `${name}.key`)
+  return { certFile, keyFile, cert: readFileSync(certFile, 'utf8'), key: readFileSync(keyFile, 'utf8'), remove: () => rmSync(dir, { recursive: true, force: true }) }
+}

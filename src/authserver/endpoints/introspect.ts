@@ -49,7 +49,9 @@ export function registerIntrospection(app: FastifyInstance, ctx: AuthServerConte
         aud: accessRecord.aud.length === 1 ? accessRecord.aud[0] : accessRecord.aud,
         iss: ctx.settings.issuer,
         jti: accessRecord.jti,
-        ...(accessRecord.jkt !== undefined && { cnf: { jkt: accessRecord.jkt } }),
+        ...((accessRecord.jkt !== undefined || accessRecord.x5t !== undefined) && {
+          cnf: { ...(accessRecord.jkt !== undefined && { jkt: accessRecord.jkt }), ...(accessRecord.x5t !== undefined && { 'x5t#S256': accessRecord.x5t }) },
+        }),
       }))
     } catch (error) {
       return sendOAuthError(reply, error, ctx.settings.issuer)

@@ -36,6 +36,7 @@ export interface ImplementedEndpoints {
 }
 
 const TOKEN_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none']
+const CERTIFICATE_AUTH_METHODS = ['tls_client_auth', 'self_signed_tls_client_auth']
 
 /** RFC 8414 §2: an empty array is left out rather than sent. */
 const nonEmpty = (name: string, values: readonly unknown[]) => (values.length > 0 ? { [name]: values } : {})
@@ -51,6 +52,9 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
     ...(has('registration') ? settings.registration?.scopes ?? [] : []),
     ...(has('client_metadata_documents') ? settings.clientMetadataDocuments?.scopes ?? [] : [])])]
   const authorization = has('authorization')
+  // RFC 8705 §2.3, §3.3: where a client authenticates with its TLS certificate, its tokens are bound to it.
+  const certificates = ctx.clients.all().some((client) => client.certificate !== undefined)
+  const methods = certificates ? [...TOKEN_AUTH_METHODS, ...CERTIFICATE_AUTH_METHODS] : TOKEN_AUTH_METHODS
   return {
     // RFC 8414 §3.3: the configured string itself, byte for byte.
     issuer: settings.issuer,
@@ -68,10 +72,11 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
     ...(authorization && { response_types_supported: ['code'], response_modes_supported: ['query'] }),
     // Explicit: RFC 8414 §2 reads an absent member as ["authorization_code", "implicit"].
     ...nonEmpty('grant_types_supported', grants),
-    token_endpoint_auth_methods_supported: TOKEN_AUTH_METHODS,
-    revocation_endpoint_auth_methods_supported: TOKEN_AUTH_METHODS,
+    token_endpoint_auth_methods_supported: methods,
+    revocation_endpoint_auth_methods_supported: methods,
     // RFC 7662 §2.1: introspection is for authenticated callers only.
-    introspection_endpoint_auth_methods_supported: TOKEN_AUTH_METHODS.filter((method) => method !== 'none'),
+    introspection_endpoint_auth_methods_supported: methods.filter((method) => method !== 'none'),
+    ...(certificates && { tls_client_certificate_bound_access_tokens: true }),
     // RFC 9700 §2.1.1: how clients find out PKCE is supported.
     ...(authorization && { code_challenge_methods_supported: ['S256'] }),
     subject_types_supported: ['public'],

@@ -110,7 +110,7 @@ export const refreshTokenGrant: GrantHandler = {
       ...(stored.resource !== undefined && { resource: stored.resource }),
       ...(stored.jkt !== undefined && { jkt: stored.jkt }),
     }
-    const access = ctx.tokens.mintAccessToken(grant, scope, audience, dpop?.jkt)
+    const access = ctx.tokens.mintAccessToken(grant, scope, audience, dpop?.jkt, client.boundCertificate)
     const refresh = ctx.tokens.mintRefreshToken(grant)
     // An ID token when the narrowed scope still holds openid; the grant keeps sub and auth_time, and
     // there is no nonce (that belonged to the authorization request, OIDC Core §12.2).

@@ -10,7 +10,7 @@ import { Duration, NonEmpty, ScopeTokenPattern, Size, Strict, StringEnum } from 
 export const GRANT_TYPES = [
   'authorization_code', 'client_credentials', 'refresh_token', 'password', 'urn:ietf:params:oauth:grant-type:device_code',
 ] as const
-export const CLIENT_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none'] as const
+export const CLIENT_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none', 'tls_client_auth', 'self_signed_tls_client_auth'] as const
 const ScopeToken = ScopeTokenPattern()
 
 const Client = Strict({
@@ -19,6 +19,11 @@ const Client = Strict({
   client_secret: Type.Optional(Type.String({ minLength: 16, 'x-message': 'must be at least 16 characters' })),
   client_secret_hash: Type.Optional(Type.String({ pattern: '^scrypt\\$', 'x-message': 'must be the output of `portcullis hash-secret`' })),
   token_endpoint_auth_method: Type.Optional(StringEnum(CLIENT_AUTH_METHODS)),
+  // RFC 8705 §2.1.2: what a tls_client_auth client's certificate must say (one of the two).
+  tls_client_auth_subject_dn: Type.Optional(NonEmpty),
+  tls_client_auth_san_dns: Type.Optional(NonEmpty),
+  // RFC 8705 §2.2: the PEM certificate a self_signed_tls_client_auth client presents (relative to the config file).
+  self_signed_certificate_file: Type.Optional(NonEmpty),
   grant_types: Type.Array(StringEnum(GRANT_TYPES), { minItems: 1 }),
   redirect_uris: Type.Optional(Type.Array(NonEmpty)),
   require_state: Type.Optional(Type.Boolean()),

@@ -13,7 +13,14 @@ export const Server = Strict({
   max_token_size: Type.Optional(Size),
   public_url: Type.Optional(Type.String({ pattern: '^https?://[^/?#]+(/[^?#]*)?$', 'x-message': 'must be an http(s) URL' })),
   realm: Type.Optional(Type.String({ pattern: '^[\\x20\\x21\\x23-\\x5b\\x5d-\\x7e]*$', 'x-message': 'must be printable ASCII without quotes or backslashes' })),
-  tls: Type.Optional(Strict({ cert_file: NonEmpty, key_file: NonEmpty })),
+  tls: Type.Optional(Strict({
+    cert_file: NonEmpty,
+    key_file: NonEmpty,
+    // RFC 8705: ask clients for a certificate (certificate-bound tokens, tls_client_auth); none is still accepted.
+    client_certificates: Type.Optional(StringEnum(['off', 'request'] as const)),
+    // The CAs a `tls_client_auth` client's certificate must chain to.
+    client_ca_file: Type.Optional(NonEmpty),
+  })),
   shutdown_timeout: Type.Optional(Duration),
   // http:// off loopback for issuer keys, discovery, introspection and the embedded issuer (lint.ts): an error without it.
   allow_insecure_http: Type.Optional(Type.Boolean()),
@@ -49,6 +56,8 @@ export const Forward = Strict({
   strip_authorization: Type.Optional(Type.Boolean()),
   trust_forwarded_headers: Type.Optional(Type.Boolean()),
   strip_headers: Type.Optional(Type.Array(HeaderName)),
+  // RFC 8705: the subject of the certificate a certificate-bound token was checked against, under this name.
+  client_certificate_header: Type.Optional(HeaderName),
   max_identity_header_size: Type.Optional(Size),
 })
 

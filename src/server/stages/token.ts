@@ -4,6 +4,7 @@
  * path awaits nothing.
  */
 import { bearerToken, rejectQueryToken, type BearerToken } from '../../authn/bearer.js'
+import { requireBoundCertificate } from '../../authn/certificate-binding.js'
 import type { Principal } from '../../common/principal.js'
 import { authorize as authorizeRoute, requireAudience } from '../../authz/scopes.js'
 import { isDpopScheme } from '../../dpop/gateway.js'
@@ -68,13 +69,16 @@ function authenticateTraced(rt: GatewayRuntime, token: BearerToken): Principal |
 }
 
 /**
- * Bind: a `DPoP` request's proof, checked against the token's `cnf.jkt` (RFC 9449 §4.3, §7.1); a token bound to
- * a key is no Bearer token (§7.2), and a route or issuer with `dpop: required` takes bound tokens only.
+ * Bind: proof of possession of what the token is bound to. A certificate-bound token (`cnf.x5t#S256`) only on a
+ * connection that presented that certificate (RFC 8705 §3); a `DPoP` request's proof, checked against the
+ * token's `cnf.jkt` (RFC 9449 §4.3, §7.1); a token bound to a key is no Bearer token (§7.2), and a route or
+ * issuer with `dpop: required` takes bound tokens only.
  */
 export function bind(ex: Exchange): Promise<void> | undefined {
   const principal = ex.principal
   if (principal === undefined) return undefined
   const rt = ex.rt
+  if (principal.x5t !== undefined) requireBoundCertificate(ex.req, principal.x5t, ex.described)
   if (ex.dpopToken !== undefined) return rt.dpop.verify(ex, ex.dpopToken, principal)
   // One test on the hot path when nothing requires DPoP.
   if (principal.jkt !== undefined || ex.rule.dpop === 'required' || rt.dpop.issuerRequires) rt.dpop.refuseBearer(principal, ex.rule.dpop)
