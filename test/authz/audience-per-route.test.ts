@@ -47,6 +47,7 @@ async function start(context: TestContext, format: 'jwt' | 'opaque'): Promise<Se
       { id: 'files', path: '/files/**', upstream: 'main' },
       { id: 'maybe', path: '/maybe/**', upstream: 'main', auth: 'optional' },
       { id: 'open', path: '/open/**', upstream: 'main', auth: 'none' },
+      { id: 'tools', path: '/tools/mcp', upstream: 'main', mcp: { tools: { '*': { scopes: { all: ['api:read'] } } } } },
     ],
     resources: [{ resource: ra, routes: ['ra'] }, { resource: rb, routes: ['rb'] }],
     decision: { listen: '127.0.0.1:0' },
@@ -88,6 +89,18 @@ async function call(t: Setup, token: string, target: string): Promise<{ status: 
   return { status: response.status, reached: t.upstream.requests.length > before, challenge: response.headers.get('www-authenticate') }
 }
 
+/** An MCP tool call (JSON-RPC over POST) on the `mcp` route outside every resource. */
+async function callTool(t: Setup, token: string): Promise<{ status: number; reached: boolean }> {
+  const before = t.upstream.requests.length
+  const response = await fetch(`${t.gateway.url}/tools/mcp`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'list_orders', arguments: {} } }),
+  })
+  await response.arrayBuffer()
+  return { status: response.status, reached: t.upstream.requests.length > before }
+}
+
 /** A decision for `GET target`, as nginx's auth_request asks it (docs/decision.md). */
 async function decide(t: Setup, token: string, target: string): Promise<number> {
   const response = await fetch(`${t.gateway.decisionUrl!}/decide`, {
@@ -108,6 +121,7 @@ describe.each(['jwt', 'opaque'] as const)('a %s access token issued for one reso
       expect(refused, target).toMatchObject({ status: 401, reached: false })
       expect(refused.challenge, target).toMatch(/^Bearer .*error="invalid_token"/)
     }
+    expect(await callTool(t, token)).toEqual({ status: 401, reached: false })
     // `auth: none` looks at no token at all.
     expect(await call(t, token, '/open/x')).toMatchObject({ status: 200, reached: true })
     expect(await decide(t, token, '/ra/x')).toBe(200)
@@ -121,6 +135,7 @@ describe.each(['jwt', 'opaque'] as const)('a %s access token issued for one reso
     const token = await accessToken(t, [])
     if (format === 'jwt') expect(decodeJwt(token).aud).toBe(OWN_AUDIENCE)
     for (const target of ['/api/x', '/files/x', '/maybe/x']) expect(await call(t, token, target), target).toMatchObject({ status: 200, reached: true })
+    expect(await callTool(t, token)).toEqual({ status: 200, reached: true })
     for (const target of ['/ra/x', '/rb/x']) expect(await call(t, token, target), target).toMatchObject({ status: 401, reached: false })
     expect(await decide(t, token, '/api/x')).toBe(200)
     expect(await decide(t, token, '/ra/x')).toBe(401)
