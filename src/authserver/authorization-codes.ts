@@ -54,7 +54,8 @@ export type IssueAuthorizationCode = Omit<AuthorizationCodeRecord, 'clientId' | 
 export async function issueAuthorizationCode(ctx: AuthServerContext, request: IssueAuthorizationCode): Promise<string> {
   const { client, codeChallenge, codeChallengeMethod } = request
   if (!client.grantTypes.has('authorization_code')) throw new UnauthorizedClient(`client ${client.clientId} may not use authorization_code`)
-  const refused = request.scope.filter((scope) => !client.scopes.has(scope))
+  const allowed = client.consentScopes ?? client.scopes
+  const refused = request.scope.filter((scope) => !allowed.has(scope))
   if (refused.length > 0) throw new InvalidScope(`not permitted: ${refused.join(' ')}`)
   if (codeChallenge === undefined) {
     if (client.requirePkce) throw new InvalidRequest('code_challenge is required')

@@ -98,8 +98,9 @@ function register(config: ClientConfig): RegisteredClient {
 const verifiedDynamicSecrets = new LRUCache<string, Buffer>({ max: 10_000 })
 
 /** A client that registered itself, from its stored registration: public, or with an scrypt-hashed secret. */
+/** @param policyScopes `registration.policy.scopes`: what a user may grant it (RegisteredClient.consentScopes) */
 export function dynamicClient(clientId: string, metadata: ClientMetadata, secretHash: string | undefined,
-  recordUse: () => Promise<void>): RegisteredClient {
+  recordUse: () => Promise<void>, policyScopes: ReadonlySet<string>): RegisteredClient {
   const confidential = metadata.token_endpoint_auth_method !== 'none'
   return {
     clientId,
@@ -107,7 +108,9 @@ export function dynamicClient(clientId: string, metadata: ClientMetadata, secret
     authMethod: metadata.token_endpoint_auth_method,
     confidential,
     grantTypes: new Set(metadata.grant_types),
-    scopes: new Set(metadata.scope === '' ? [] : metadata.scope.split(' ')),
+    // Registered before the policy narrowed: only what the policy still allows.
+    scopes: new Set((metadata.scope === '' ? [] : metadata.scope.split(' ')).filter((scope) => policyScopes.has(scope))),
+    consentScopes: policyScopes,
     redirectUris: metadata.redirect_uris,
     requireState: true,
     // PKCE S256 for every registered client, confidential ones included (OAuth 2.1 §4.1.1, with no opt-out).

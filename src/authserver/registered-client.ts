@@ -11,7 +11,15 @@ export interface RegisteredClient {
   readonly authMethod: ClientAuthMethod
   readonly confidential: boolean
   readonly grantTypes: ReadonlySet<GrantType>
+  /** What the client is granted when a request names no scope, and the most it gets without a user (client_credentials). */
   readonly scopes: ReadonlySet<string>
+  /**
+   * What a user may grant it at /authorize and /device, where the consent page names each scope; absent: `scopes`.
+   * A client that registered itself (RFC 7591): the registration policy's scopes. Its registered `scope` is what it
+   * uses (RFC 7591 §2) and the default, not a ceiling: an MCP client steps up by asking again for the scopes a 403
+   * named (MCP authorization, scope challenge), and the user decides.
+   */
+  readonly consentScopes?: ReadonlySet<string>
   readonly redirectUris: readonly string[]
   readonly requireState: boolean
   readonly requirePkce: boolean

@@ -10,12 +10,12 @@ export function parseScope(value: string): string[] {
 }
 
 /**
- * The scope to grant: the request's, which must lie within `allowed`, or all of `allowed` when the
- * request names none (RFC 6749 §3.3 lets the server choose a default; §6 for a refresh).
+ * The scope to grant: the request's, which must lie within `allowed`, or `defaults` (all of `allowed` unless
+ * given) when the request names none (RFC 6749 §3.3 lets the server choose a default; §6 for a refresh).
  */
-export function grantScope(requested: string | undefined, allowed: Iterable<string>): string[] {
+export function grantScope(requested: string | undefined, allowed: Iterable<string>, defaults?: Iterable<string>): string[] {
   const permitted = new Set(allowed)
-  if (requested === undefined) return [...permitted]
+  if (requested === undefined) return defaults === undefined ? [...permitted] : [...defaults].filter((scope) => permitted.has(scope))
   const scopes = parseScope(requested)
   const refused = scopes.filter((scope) => !permitted.has(scope))
   if (refused.length > 0) throw new InvalidScope(`not permitted: ${refused.join(' ')}`)

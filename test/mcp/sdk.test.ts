@@ -217,6 +217,34 @@ describe('the MCP SDK client through the gateway', () => {
     await Promise.all([client.close(), adminClient.close()])
   })
 
+  it('step-up with the SDK as it is: a client that registered itself for mcp:read gets a 403, the SDK asks /authorize for both scopes, the admin tool answers', async () => {
+    // An app that keeps no refresh token (it registers for authorization_code only): on the 403 the SDK starts a
+    // new authorization with the challenge's scope, with the client_id it registered for mcp:read alone.
+    const provider = new TestProvider()
+    Object.defineProperty(provider, 'clientMetadata', {
+      get: () => ({ client_name: 'SDK step-up client', redirect_uris: [CALLBACK], grant_types: ['authorization_code'], token_endpoint_auth_method: 'none' }),
+    })
+    const { client } = await connect(provider)
+    const registered = provider.registered as { client_id: string; scope?: string }
+    expect(registered.client_id).toMatch(/^dcr_/)
+    expect(registered.scope).toBe('mcp:read')
+    expect(claimsOf(provider.saved!.access_token).scope).toBe('mcp:read')
+    const before = mcp.calls.length
+    await expect(client.callTool({ name: 'delete_order', arguments: { id: '9' } })).rejects.toBeInstanceOf(UnauthorizedError)
+    expect(mcp.calls.slice(before)).not.toContain('delete_order')
+    // The SDK sent the user to /authorize for what the 403 named, as the same registered client.
+    expect(provider.authorizationUrl!.searchParams.get('client_id')).toBe(registered.client_id)
+    expect(provider.authorizationUrl!.searchParams.get('scope')!.split(' ').sort()).toEqual(['mcp:admin', 'mcp:read'])
+    // The user signs in and consents (the consent page names mcp:admin); the SDK redeems the code.
+    const url = new URL(`${base}/mcp`)
+    await new StreamableHTTPClientTransport(url, { authProvider: provider }).finishAuth(await signIn(provider))
+    expect(claimsOf(provider.saved!.access_token).scope.split(' ').sort()).toEqual(['mcp:admin', 'mcp:read'])
+    const stepped = new Client({ name: 'sdk-test', version: '1.0.0' })
+    await stepped.connect(new StreamableHTTPClientTransport(url, { authProvider: provider }))
+    expect(text(await stepped.callTool({ name: 'delete_order', arguments: { id: '9' } }))).toBe('deleted 9')
+    await Promise.all([client.close(), stepped.close()])
+  })
+
   it('refreshes when the access token is revoked, and is refused once the grant is revoked', async () => {
     const provider = new TestProvider('mcp-app')
     const { client } = await connect(provider, 'mcp:read')

@@ -92,7 +92,8 @@ function validate(ctx: AuthServerContext, params: Parameters, trusted: TrustedRe
   if (!client.grantTypes.has('authorization_code')) throw new UnauthorizedClient(`client ${clientId} may not use authorization_code`)
   // RFC 6749 §10.12: state is required against CSRF; a client may opt out (`require_state: false`).
   if (state === undefined && client.requireState) throw new InvalidRequest('state is required')
-  const scope = grantScope(one(params, 'scope'), client.scopes)
+  // What the user may grant it (the consent page lists it); without `scope`, the client's own default.
+  const scope = grantScope(one(params, 'scope'), client.consentScopes ?? client.scopes, client.scopes)
   // RFC 8707 §2.1: repeatable, unlike every other parameter; each must be configured, exactly, or it is invalid_target.
   const resource = requestedResources(params.get('resource') ?? [], ctx.settings.resourceIndicators)
   // PKCE (RFC 9700 §2.1.1): S256 only; a challenge without a method would be plain (RFC 7636 §4.3).

@@ -33,7 +33,8 @@ export function registerDeviceAuthorization(app: FastifyInstance, ctx: AuthServe
       if (!client.grantTypes.has(DEVICE_CODE_GRANT_TYPE)) {
         throw new UnauthorizedClient(`client ${client.clientId} is not registered for the device_code grant`)
       }
-      const scope = grantScope(form.get('scope'), client.scopes)
+      // The user approves on the /device page, which lists the scopes: what a user may grant it (consentScopes).
+      const scope = grantScope(form.get('scope'), client.consentScopes ?? client.scopes, client.scopes)
       const resource = requestedResources(resourceParameters(request.body), ctx.settings.resourceIndicators)
       const issued = await createDeviceCode(ctx, client.clientId, scope, resource)
       const body = {

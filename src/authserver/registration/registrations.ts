@@ -47,12 +47,17 @@ const digest = (value: string) => createHash('sha256').update(value).digest()
 const randomSecret = () => randomBytes(32).toString('base64url')
 
 export class Registrations implements DynamicClientSource {
+  /** `registration.policy.scopes`: what a user may grant a registered client at /authorize and /device. */
+  private readonly policyScopes: ReadonlySet<string>
+
   /**
    * @param isTaken whether an id is already someone's (a YAML client_id, a user's sub): a new registration
    *   never gets one, however unlikely a random clash is
    */
   constructor(private readonly store: StorageAdapter, private readonly settings: RegistrationSettings,
-    private readonly now: () => number, private readonly isTaken: (id: string) => boolean) {}
+    private readonly now: () => number, private readonly isTaken: (id: string) => boolean) {
+    this.policyScopes = new Set(settings.scopes)
+  }
 
   /** Stores a registration under a new random client_id, with a new secret (confidential) and registration access token. */
   async create(metadata: ClientMetadata): Promise<NewRegistration> {
@@ -80,7 +85,7 @@ export class Registrations implements DynamicClientSource {
   async client(clientId: string): Promise<RegisteredClient | undefined> {
     const record = await this.find(clientId)
     if (!record || this.isTaken(clientId)) return undefined
-    return dynamicClient(clientId, record.metadata, record.secretHash, () => this.recordUse(clientId, record))
+    return dynamicClient(clientId, record.metadata, record.secretHash, () => this.recordUse(clientId, record), this.policyScopes)
   }
 
   /** The registration behind an RFC 7592 request: its access token must match, compared in constant time. */

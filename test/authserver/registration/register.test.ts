@@ -86,10 +86,22 @@ describe('dynamic client registration (RFC 7591)', () => {
     expect(consent.text).toContain('registered itself with this server: its name is not verified')
     expect(consent.text).toContain('an application on this computer (127.0.0.1:51004)')
     await allowRedeemAndRefresh({ gateway, browser, consent, as, client, redirectUri, state, verifier, scope: 'orders:read' })
-    // A scope it did not register for is refused, as for any client.
+    // A scope the registration policy allows but the client did not register for: the user is asked (its registered
+    // scope is its default, not a ceiling); one outside the policy is refused, as for any client.
     const wider = new URL(url)
-    wider.searchParams.set('scope', 'orders:write')
-    expect(responseParams((await browser.get(wider.href)).location).get('error')).toBe('invalid_scope')
+    wider.searchParams.set('scope', 'orders:read orders:write')
+    const asked = await browser.get(wider.href)
+    expect(asked.location).toMatch(/\/consent\?/)
+    expect((await browser.get(asked.location!)).text).toContain('orders:write')
+    // Without a scope parameter it gets its registered scope, not the policy's.
+    const unscoped = new URL(url)
+    unscoped.searchParams.delete('scope')
+    const byDefault = await browser.get((await browser.get(unscoped.href)).location!)
+    expect(byDefault.text).toContain('orders:read')
+    expect(byDefault.text).not.toContain('orders:write')
+    const outside = new URL(url)
+    outside.searchParams.set('scope', 'orders:read admin')
+    expect(responseParams((await browser.get(outside.href)).location).get('error')).toBe('invalid_scope')
   })
 
   it('registers a confidential client that gets tokens with client_credentials; its secret is shown once and stored only hashed', async (context) => {
