@@ -4,7 +4,8 @@
  * by the config: route ids, upstream names, issuer identifiers, client_ids, grant types, outcomes and
  * reason codes — never a path, a token, a subject or anything a client can make up.
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { registerProcessMetrics } from './process.js'
 import { PlainCounter, PlainHistogram } from './plain.js'
 import type { CacheStats, KeySetStats } from './stats.js'
 import { collectCaches, collectKeySets, collectValidations } from './collectors.js'
@@ -175,7 +176,7 @@ export class Metrics {
   constructor(options: { defaultMetrics?: boolean; worker?: number } = {}) {
     // Process metrics (CPU, memory, event loop lag, GC), prefixed like ours; per worker, never summed.
     if (options.defaultMetrics ?? true) {
-      collectDefaultMetrics({ register: this.registry, prefix: 'portcullis_', ...(options.worker !== undefined && { labels: { worker: String(options.worker) } }) })
+      registerProcessMetrics(this.registry, options.worker)
     }
     this.configReloads.inc({ result: 'success' }, 0)
     this.configReloads.inc({ result: 'failure' }, 0)

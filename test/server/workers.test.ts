@@ -14,6 +14,7 @@ import { stringify } from 'yaml'
 import { CLI, spawnProcess, waitFor, type RunningProcess } from '../support/cli.js'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from '../support/upstream.js'
 import { parsePrometheusText } from '../support/prometheus.js'
+import { PROMTOOL, PROMTOOL_SKIPPED, promtoolCheck } from '../support/promtool.js'
 import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
 import { createHash, generateKeyPairSync, randomUUID } from 'node:crypto'
 import { calculateJwkThumbprint, exportJWK, SignJWT } from 'jose'
@@ -185,6 +186,16 @@ describe('server.workers: 2', () => {
     const given = youngGenerationPays(process.version)
     for (const pid of workers) expect(argvOf(pid).includes(YOUNG_GENERATION_FLAG)).toBe(given)
     expect(argvOf(c.process.child.pid!)).not.toContain(YOUNG_GENERATION_FLAG)
+  })
+
+  it.skipIf(PROMTOOL === undefined)(`the primary's aggregated /metrics passes promtool check metrics${PROMTOOL === undefined ? ` (${PROMTOOL_SKIPPED})` : ''}`, async () => {
+    await fromBoth(c, () => fresh(`${c.url}/api/items/3`))
+    const text = await (await fetch(`${c.admin}/metrics`)).text()
+    expect(new Set(parsePrometheusText(text).samples.filter((sample) => sample.name === 'portcullis_nodejs_active_handles_all')
+      .map((sample) => sample.labels.worker))).toEqual(new Set(['1', '2']))
+    const { status, output } = promtoolCheck(text)
+    expect(output).toBe('')
+    expect(status).toBe(0)
   })
 
   it('one /metrics scrape on the primary counts the requests of both, process metrics per worker', async () => {
