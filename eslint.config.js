@@ -26,7 +26,7 @@ export default tseslint.config(
     languageOptions: { sourceType: 'commonjs', globals: { module: 'writable' } },
   },
   {
-    files: ['bench/**/*.mjs', 'examples/**/*.mjs'],
+    files: ['bench/**/*.mjs', 'examples/**/*.mjs', 'scripts/**/*.mjs'],
     languageOptions: {
       globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly', setTimeout: 'readonly', fetch: 'readonly', globalThis: 'readonly', URLSearchParams: 'readonly', URL: 'readonly' },
     },
