@@ -85,6 +85,7 @@ beforeAll(async () => {
     ],
     routes: [{ id: 'api', path: '/api/**', upstream: 'main' }],
     tracing: { enabled: true, endpoint: collector.url, sample_ratio: 1, export_delay: '50ms', service_name: 'portcullis-test' },
+    decision: { listen: '127.0.0.1:0' },
   })
 })
 
@@ -150,6 +151,30 @@ describe('spans exported over OTLP/HTTP', () => {
     // The log line is written when the response has closed, which may be just after the client has it.
     for (let i = 0; i < 40 && !gateway.logs.some((line) => line.includes(`"trace_id":"${trace}"`)); i++) await new Promise((resolve) => setTimeout(resolve, 25))
     expect(gateway.logs.some((line) => line.includes(`"trace_id":"${trace}"`))).toBe(true)
+  })
+
+  it('a decision is one trace: its server span continues the proxy\'s traceparent, authenticate under it, no orphan root', async () => {
+    const token = await issuer.sign({ scope: 'read' })
+    const trace = '0123456789abcdef0123456789abcdef'
+    const before = collector.spans.length
+    const res = await fetch(`${gateway.decisionUrl!}/decide`, {
+      headers: { 'x-original-method': 'POST', 'x-original-uri': '/api/orders', authorization: `Bearer ${token}`, traceparent: `00-${trace}-ffffffffffffffff-01` },
+    })
+    expect(res.status).toBe(200)
+    const spans = await traceOf(trace, 2)
+    const server = spans.find((span) => span.kind === 2)!
+    expect(server).toMatchObject({ name: 'POST /api/**', parentSpanId: 'ffffffffffffffff' })
+    expect(server.attributes).toMatchObject({ 'portcullis.mode': 'decision', 'portcullis.decision': 'allowed', 'http.response.status_code': 200 })
+    expect(spans.find((span) => span.name === 'authenticate')!.parentSpanId).toBe(server.spanId)
+    // Nothing of this decision in another trace (the authenticate span used to be a root of its own).
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    expect(collector.spans.slice(before).filter((span) => span.traceId !== trace)).toEqual([])
+    // Without a traceparent: one new trace, the authentication inside it.
+    const alone = await fetch(`${gateway.decisionUrl!}/decide`, { headers: { 'x-original-method': 'GET', 'x-original-uri': '/api/x', authorization: `Bearer ${token}` } })
+    expect(alone.status).toBe(200)
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    const root = collector.spans.filter((span) => span.kind === 2 && span.attributes['portcullis.mode'] === 'decision' && span.traceId !== trace).at(-1)!
+    expect(collector.spans.filter((span) => span.name === 'authenticate' && span.traceId === root.traceId).map((span) => span.parentSpanId)).toEqual([root.spanId])
   })
 
   it('a denied request: the server span with 401 and its error type, no upstream call', async () => {
