@@ -42,8 +42,10 @@ const deployment = one('Deployment')
 const pod = deployment.spec.template.spec
 const container = pod.containers.find((c: { name: string }) => c.name === 'portcullis')
 const CONFIG_TEXT = one('ConfigMap').data['portcullis.yaml'] as string
-// The config's ${VARS} come from the Deployment's env; any value of secret length stands in for them.
-const ENV = Object.fromEntries(container.env.map((v: { name: string }) => [v.name, 'x'.repeat(32)]))
+// The config's ${VARS} come from the Deployment's env; any value of secret length stands in for them (the
+// key-encryption key: 32 bytes in base64, as `openssl rand -base64 32` makes).
+const ENV = Object.fromEntries(container.env.map((v: { name: string }) =>
+  [v.name, v.name === 'KEY_ENCRYPTION_KEY' ? Buffer.alloc(32, 7).toString('base64') : 'x'.repeat(32)]))
 const config = loadConfig('portcullis.yaml', CONFIG_TEXT, ENV)
 
 /** The container port that a probe or Service names (by name or by number). */
@@ -67,10 +69,45 @@ function allowedDisruptions(budget: Manifest, replicas: number): number {
 }
 
 describe('docs/deployment.md Kubernetes manifests', () => {
-  it('are the six objects of one installation, and the scale-out patch', () => {
+  it('are the six objects of one installation, the scale-out patch, and the autoscaler of the Redis setup', () => {
     expect(MANIFESTS.map((m) => m.kind)).toEqual(
-      ['ConfigMap', 'PersistentVolumeClaim', 'Deployment', 'PodDisruptionBudget', 'Service', 'ServiceMonitor'])
+      ['ConfigMap', 'PersistentVolumeClaim', 'Deployment', 'PodDisruptionBudget', 'Service', 'ServiceMonitor', 'HorizontalPodAutoscaler'])
     expect(Object.keys(PATCH)).toEqual(['spec'])
+  })
+
+  it('take every secret the config names from a Secret: client secrets and the key-encryption key', () => {
+    const named = [...CONFIG_TEXT.matchAll(/\$\{([A-Z_]+)\}/g)].map((match) => match[1])
+    expect(named).toEqual(expect.arrayContaining(['BILLING_SECRET', 'KEY_ENCRYPTION_KEY']))
+    for (const name of named) {
+      const variable = container.env.find((v: { name: string }) => v.name === name)
+      expect(variable?.valueFrom?.secretKeyRef?.name, name).toBe('portcullis-secrets')
+      // The documented `kubectl create secret` makes the key the Deployment reads.
+      expect(MARKDOWN, name).toContain(`--from-literal=${variable.valueFrom.secretKeyRef.key}=`)
+    }
+    expect(config.authorization_server?.signing?.key_encryption_key).toBe(ENV.KEY_ENCRYPTION_KEY)
+  })
+
+  it('scale by CPU only beside the Redis store, never below what the disruption budget needs to keep one pod up', () => {
+    const hpa = one('HorizontalPodAutoscaler')
+    expect(hpa.spec.scaleTargetRef).toEqual({ apiVersion: 'apps/v1', kind: 'Deployment', name: deployment.metadata.name })
+    expect(allowedDisruptions(one('PodDisruptionBudget'), hpa.spec.minReplicas)).toBeLessThan(hpa.spec.minReplicas)
+    expect(hpa.spec.minReplicas).toBeGreaterThanOrEqual(2)
+    // More than one replica needs the Redis store: the block says so, and the SQLite Deployment stays at one.
+    expect(DOCUMENTS.find((doc) => doc.value === hpa)!.text).toMatch(/^# hpa\.yaml: only with authorization_server\.store\.type redis/)
+    expect(deployment.spec.replicas).toBe(1)
+    expect(container.resources.requests.cpu).toBeDefined()
+  })
+
+  it('docs/decision.md\'s ingress-nginx Ingress passes the Kubernetes API schema and asks the decision endpoint', async () => {
+    const decisionDoc = readFileSync('docs/decision.md', 'utf8')
+    const section = decisionDoc.slice(decisionDoc.indexOf('## ingress-nginx'))
+    const ingress = parseDocument(/^```yaml\n([\s\S]*?)^```$/m.exec(section)![1]!).toJS() as Manifest
+    expect(`${ingress.apiVersion} ${ingress.kind}`).toBe('networking.k8s.io/v1 Ingress')
+    expect(await validateManifests([ingress])).toEqual([[]])
+    const annotations = ingress.metadata.annotations as Record<string, string>
+    expect(new URL(annotations['nginx.ingress.kubernetes.io/auth-url']!).pathname).toBe('/decide')
+    expect(annotations['nginx.ingress.kubernetes.io/auth-response-headers']).toBe('X-Auth-Subject, X-Auth-Client-Id, X-Auth-Scopes, X-Auth-Issuer')
+    expect(annotations['nginx.ingress.kubernetes.io/auth-cache-duration']).toBe('200 1s')
   })
 
   it('pass the Kubernetes API schema: known apiVersion and kind, required fields, types, enums, no unknown field', async () => {
@@ -122,8 +159,10 @@ describe('docs/deployment.md Kubernetes manifests', () => {
     for (const mount of container.volumeMounts) expect(volumes.has(mount.name), mount.name).toBe(true)
     expect(pod.volumes).toContainEqual({ name: 'config', configMap: { name: one('ConfigMap').metadata.name } })
     expect(pod.volumes).toContainEqual({ name: 'data', persistentVolumeClaim: { claimName: one('PersistentVolumeClaim').metadata.name } })
-    const [, secret, key] = /kubectl create secret generic (\S+) --from-literal=([\w.-]+)=/.exec(MARKDOWN)!
-    expect(container.env.map((v: Manifest) => v.valueFrom.secretKeyRef)).toEqual([{ name: secret, key }])
+    // Every key the documented `kubectl create secret` makes, and only those, is read from that Secret.
+    const command = /kubectl create secret generic (\S+)((?: \\\n)?(?:\s*--from-literal=[\w.-]+="[^"]*"(?: \\)?\s*(?:#[^\n]*)?\n?)+)/.exec(MARKDOWN)!
+    const keys = [...command[2]!.matchAll(/--from-literal=([\w.-]+)=/g)].map((match) => match[1])
+    expect(container.env.map((v: Manifest) => v.valueFrom.secretKeyRef)).toEqual(keys.map((key) => ({ name: command[1], key })))
     for (const port of one('Service').spec.ports) expect(containerPort(port.targetPort), port.name).toBeDefined()
   })
 
