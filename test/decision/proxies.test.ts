@@ -4,7 +4,10 @@
  * replaced. Portcullis decides through its decision endpoint; the proxy forwards to a recording upstream.
  * Every refusal is checked to have reached the client with its challenge, and not the upstream.
  */
-import { readFileSync } from 'node:fs'
+import { spawnSync } from 'node:child_process'
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import WebSocket from 'ws'
 import { basic, postForm } from '../support/authserver.js'
@@ -24,6 +27,7 @@ const ROUTES = [
   // A CORS-style anonymous OPTIONS beside it: an upgrade by OPTIONS must not ride on it.
   { id: 'ws-options', path: '/ws', methods: ['OPTIONS'], upstream: 'main', auth: 'none' },
   { id: 'public', path: '/public/**', upstream: 'main', auth: 'none' },
+  { id: 'limited', path: '/limited/**', upstream: 'main', rate_limits: ['two'] },
 ]
 
 let upstream: RecordingUpstream
@@ -40,6 +44,7 @@ beforeAll(async () => {
     issuers: [{ issuer: issuer.issuer, jwks_uri: issuer.jwksUri, audience: [issuer.audience], algorithms: ['ES256'] }],
     routes: ROUTES,
     decision: { listen: '127.0.0.1:0', trust: { addresses: ['127.0.0.1/32'], secret: SECRET } },
+    rate_limits: { policies: { two: { limit: 2, window: '1m', key: 'sub' } } },
   })
   decisionAddress = new URL(gateway.decisionUrl!).host
 })
@@ -92,6 +97,31 @@ function commonChecks(proxy: () => RunningProxy) {
     }
   })
 
+  it('passes the route\'s RateLimit fields to the client on an allowed answer and on the 429, with Retry-After', async () => {
+    const authorization = `Bearer ${await token({ sub: `limited-${proxy().url}` })}`
+    const before = upstream.requests.length
+    for (let i = 0; i < 2; i++) {
+      const allowed = await fetch(`${proxy().url}/limited/x`, { headers: { authorization } })
+      expect(allowed.status).toBe(200)
+      expect(allowed.headers.get('ratelimit-policy')).toMatch(/^"two";q=2;w=60/)
+      expect(allowed.headers.get('ratelimit')).toMatch(new RegExp(`^"two";r=${1 - i};t=\\d+`))
+    }
+    const limited = await fetch(`${proxy().url}/limited/x`, { headers: { authorization } })
+    expect(limited.status).toBe(429)
+    expect(Number(limited.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
+    expect(limited.headers.get('ratelimit')).toMatch(/^"two";r=0;t=\d+/)
+    expect(limited.headers.get('ratelimit-policy')).toMatch(/^"two";q=2;w=60/)
+    expect(upstream.requests.length).toBe(before + 2)
+    // The client's token goes on, as in the proxy mode (forward.strip_authorization defaults to false); the decision's
+    // fields do not, and a route without limits answers none (not an empty one, nor a client's own copy).
+    expect(upstream.requests.at(-1)!.headers.authorization).toBe(authorization)
+    expect(upstream.requests.at(-1)!.headers.ratelimit).toBeUndefined()
+    const unlimited = await fetch(`${proxy().url}/orders/5`, { headers: { authorization, ratelimit: '"two";r=99;t=1' } })
+    expect(unlimited.status).toBe(200)
+    expect(unlimited.headers.get('ratelimit')).toBeNull()
+    expect(unlimited.headers.get('ratelimit-policy')).toBeNull()
+  })
+
   it('a token without a subject: the client\'s X-Auth-Subject does not reach the upstream', async () => {
     const before = upstream.requests.length
     const response = await fetch(`${proxy().url}/orders/2`, {
@@ -140,7 +170,7 @@ describe.skipIf(NGINX === undefined)(`nginx auth_request (${versionOf(NGINX, ['-
   beforeAll(async () => {
     nginx = await startNginx(example('nginx.conf', [
       ['listen 80;', 'listen 127.0.0.1:{PORT};'],
-      ['/var/cache/nginx/portcullis', '{DIR}/cache'],
+      ['/var/lib/nginx/portcullis', '{DIR}/cache'],
       // For the test only: whether nginx answered the decision from its cache.
       ['auth_request /_portcullis;', 'auth_request /_portcullis;\n        auth_request_set $portcullis_cache $upstream_cache_status;\n        add_header X-Decision-Cache $portcullis_cache always;'],
     ]))
@@ -148,6 +178,21 @@ describe.skipIf(NGINX === undefined)(`nginx auth_request (${versionOf(NGINX, ['-
   afterAll(() => nginx?.close())
 
   commonChecks(() => nginx)
+
+  it.skipIf(process.getuid?.() !== 0 || !existsSync('/etc/nginx/nginx.conf'))(
+    `the example as shipped passes nginx -t inside Debian's stock nginx.conf, beside its default site${process.getuid?.() !== 0 ? ' (skipped: needs root, as nginx does)' : ''}`, () => {
+      const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-nginx-stock-'))
+      const example = path.join(dir, 'portcullis.conf')
+      writeFileSync(example, readFileSync(new URL('../../examples/decision/nginx.conf', import.meta.url), 'utf8'))
+      const stock = readFileSync('/etc/nginx/nginx.conf', 'utf8')
+      // Where the header says to put it: Debian's http block includes conf.d/*.conf (and sites-enabled/*).
+      expect(stock).toContain('include /etc/nginx/conf.d/*.conf;')
+      const main = path.join(dir, 'nginx.conf')
+      writeFileSync(main, stock.replace('include /etc/nginx/conf.d/*.conf;', `include ${example};`))
+      const result = spawnSync(NGINX!, ['-t', '-c', main], { encoding: 'utf8' })
+      expect(result.status, result.stderr).toBe(0)
+      expect(result.stderr).not.toMatch(/conflicting server name|duplicate default server/)
+    })
 
   it('maps the other refusals back from nginx\'s 500: 405 with Allow', async () => {
     const response = await fetch(`${nginx.url}/orders/1`, { method: 'DELETE', headers: { authorization: `Bearer ${await token()}` } })
