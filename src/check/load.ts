@@ -2,6 +2,9 @@
  * YAML text → validated, frozen {@link GatewayConfig}, or a {@link ConfigError} listing every problem with
  * `file:line:col` and the dotted key.
  */
+import { didYouMean } from '../config/suggest.js'
+import { instancePathOf, pruneInvalid, underCut } from './prune.js'
+import type { Problem } from '../common/problem.js'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
@@ -132,9 +135,14 @@ export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEn
 
   if (!validateSchema(value)) {
     // An unknown key is wrong whatever its value; any other error under an unset variable is its echo.
-    const errors = withoutUnionNoise((validateSchema.errors ?? []).filter((error) =>
+    const all = validateSchema.errors ?? []
+    const errors = withoutUnionNoise(all.filter((error) =>
       error.keyword === 'additionalProperties' || !causedByEnv(formatPath(instancePathOf(error)))))
-    throw fail(errors.map((error) => schemaIssue(error, issue)))
+    // One pass: the lint's problems too, on what remains once the invalid parts are cut (prune.ts).
+    const pruned = pruneInvalid(value, all, (copy) => (validateSchema(copy) ? null : [...validateSchema.errors ?? []]))
+    const more = pruned === undefined ? [] : lintProblems(pruned.value as GatewayConfig, path.dirname(path.resolve(fileName)))
+      .filter((problem) => !causedByEnv(formatPath(problem.path)) && !underCut(problem.path, pruned.cut))
+    throw fail([...errors.map((error) => schemaIssue(error, issue)), ...more.map((problem) => issue(problem.path, problem.message, problem.atKey))])
   }
   const config = resolvePaths(value, path.dirname(path.resolve(fileName)))
   const problems = lintConfig(config).filter((problem) => !causedByEnv(formatPath(problem.path)))
@@ -144,17 +152,20 @@ export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEn
   return deepFreeze(config)
 }
 
+/** The lint's problems of a config that passes the schema; none when the lint fails on a part it did not expect. */
+function lintProblems(config: GatewayConfig, baseDir: string): Problem[] {
+  try {
+    return lintConfig(resolvePaths(config, baseDir))
+  } catch {
+    return []
+  }
+}
+
 /** File order, so `portcullis check` reads top to bottom. */
 function sortIssues(issues: ConfigIssue[]): ConfigIssue[] {
   return issues.sort((a, b) => a.line - b.line || a.col - b.col)
 }
 
-/** `/routes/2/scopes` → `['routes', 2, 'scopes']` */
-function instancePathOf(error: ErrorObject): (string | number)[] {
-  return error.instancePath.split('/').slice(1)
-    .map((part) => part.replace(/~1/g, '/').replace(/~0/g, '~'))
-    .map((part) => (/^[0-9]+$/.test(part) ? Number(part) : part))
-}
 
 const customMessage = (error: ErrorObject) => (error.parentSchema as { 'x-message'?: string } | undefined)?.['x-message']
 
@@ -176,13 +187,17 @@ function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey
     case 'additionalProperties': {
       const key = (error.params as { additionalProperty: string }).additionalProperty
       const hint = custom && configPath.length === 1 && configPath[0] === 'upstreams' ? ` (${custom})` : ''
-      return issue([...configPath, key], `unknown key${hint}`, true)
+      const known = Object.keys((error.parentSchema as { properties?: Record<string, unknown> } | undefined)?.properties ?? {})
+      return issue([...configPath, key], `unknown key${hint || didYouMean(key, known)}`, true)
     }
     case 'required':
       // Located at the parent (the key is not there), but named in full.
       return issue([...configPath, (error.params as { missingProperty: string }).missingProperty], 'is required')
-    case 'enum':
-      return issue(configPath, custom ?? `must be one of ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`)
+    case 'enum': {
+      const allowed = (error.params as { allowedValues: unknown[] }).allowedValues.map(String)
+      const given = (error as { data?: unknown }).data
+      return issue(configPath, `${custom ?? `must be one of ${allowed.join(', ')}`}${typeof given === 'string' ? didYouMean(given, allowed) : ''}`)
+    }
     case 'pattern':
       return issue(configPath, custom ?? `must match ${(error.params as { pattern: string }).pattern}`)
     case 'anyOf':

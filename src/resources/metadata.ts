@@ -4,6 +4,7 @@
  * names that URL in every 401 and `insufficient_scope` challenge of its routes (§5.1), and lets its routes
  * take only tokens issued for it (`aud` contains the identifier, RFC 8707, or one of its `audience`).
  */
+import { didYouMean } from '../config/suggest.js'
 import { isLoopbackHost } from '../config/loopback.js'
 import type { GatewayConfig, ResourceConfig } from '../config/schema.js'
 import { DEFAULT_DPOP_ALGORITHMS } from '../config/constants.js'
@@ -147,7 +148,7 @@ export function compileResources(config: GatewayConfig, problems: ResourceProble
     if (clash) problems.push({ path: [...at, 'resource'], message: `has the same metadata URL as ${clash.identifier}` })
     else byMetadataPath.set(metadataPath, compiled)
     resource.routes.forEach((id, j) => {
-      if (!routeIds.has(id)) problems.push({ path: [...at, 'routes', j], message: `unknown route id "${id}"` })
+      if (!routeIds.has(id)) problems.push({ path: [...at, 'routes', j], message: `unknown route id "${id}"${didYouMean(id, routeIds)}` })
       else if (byRoute.has(id)) problems.push({ path: [...at, 'routes', j], message: `route "${id}" is already in the resource ${byRoute.get(id)!.identifier}` })
       else byRoute.set(id, compiled)
     })

@@ -5,6 +5,7 @@
  * common, overlapping methods) are a config error, never a silent pick. A literal matches every
  * spelling an upstream decodes the same way (`:` and `%3A`, `%C3%A9` and `%c3%a9`).
  */
+import { didYouMean } from '../config/suggest.js'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
 import {compileConditions, conditionPaths, type CompiledConditions, type ParamPosition} from '../claims/conditions.js'
@@ -188,7 +189,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
     if (ids.has(route.id)) problems.push({ path: [...at, 'id'], message: `duplicate route id (also routes[${ids.get(route.id)}])` })
     ids.set(route.id, index)
     if (!Object.hasOwn(config.upstreams, route.upstream)) {
-      problems.push({ path: [...at, 'upstream'], message: `unknown upstream "${route.upstream}"` })
+      problems.push({ path: [...at, 'upstream'], message: `unknown upstream "${route.upstream}"${didYouMean(route.upstream, Object.keys(config.upstreams))}` })
     }
     const auth = route.auth ?? 'required'
     if (auth === 'none' && (route.scopes?.all?.length || route.scopes?.any?.length)) {

@@ -84,7 +84,7 @@ routes:
     upstream: main
     scopes:
       al: ["orders:read"]
-`))).toEqual([{ line: 12, col: 7, path: 'routes[1].scopes.al', message: 'unknown key' }])
+`))).toEqual([{ line: 12, col: 7, path: 'routes[1].scopes.al', message: 'unknown key (did you mean "all"?)' }])
   })
 
   it('reports a bad enum value at the value, listing the allowed ones', () => {
@@ -703,5 +703,59 @@ describe('certificate-authenticated clients (RFC 8705 §2)', () => {
     })()
     expect(issues).toContain('server.tls.client_ca_file: needs client_certificates: request')
     expect(issues.some((issue) => issue.startsWith('server.tls.client_ca_file: cannot read'))).toBe(true)
+  })
+})
+
+describe('one pass: every error of a file at once, with "did you mean"', () => {
+  const issues = (text: string): string[] => {
+    try {
+      loadConfig('portcullis.yaml', text, {})
+      return []
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error
+      return error.issues.map((issue) => `${issue.line}:${issue.col} ${issue.path}: ${issue.message}`)
+    }
+  }
+
+  it('a misspelt key and an unknown upstream in one run, each at its line, each with its suggestion', () => {
+    expect(issues(`upstreams:
+  orders:
+    url: "http://127.0.0.1:9001"
+routes:
+  - id: a
+    path: "/a/**"
+    upstrem: orders
+    upstream: order
+`)).toEqual([
+      '7:5 routes[0].upstrem: unknown key (did you mean "upstream"?)',
+      '8:15 routes[0].upstream: unknown upstream "order" (did you mean "orders"?)',
+    ])
+  })
+
+  it('values of the wrong type beside a lint problem elsewhere: all of them; an enum with a near miss is named', () => {
+    expect(issues(minimalConfig(`  - id: b
+    path: "/b/**"
+    upstream: main
+    auth: optinal
+  - id: c
+    path: "/c/**"
+    upstream: mian
+log: { level: 3 }
+`))).toEqual([
+      '11:11 routes[1].auth: must be one of required, optional, none (did you mean "optional"?)',
+      '14:15 routes[2].upstream: unknown upstream "mian" (did you mean "main"?)',
+      '15:15 log.level: must be string',
+      '15:15 log.level: must be one of fatal, error, warn, info, debug, trace, silent',
+    ])
+  })
+
+  it('an error that cannot be cut out (a required key) still reports the schema alone, as before', () => {
+    expect(issues(`upstreams:
+  main:
+    url: "http://127.0.0.1:9001"
+routes:
+  - id: a
+    upstream: nowhere
+`)).toEqual(['5:5 routes[0].path: is required'])
   })
 })

@@ -106,7 +106,7 @@ describe('max_age and routes', () => {
         ['routes[0].cors.max_age: does not go with upstream: true (the upstream answers CORS itself, and the gateway adds nothing)']],
       ['cors: { allowed_origins: ["https://a.example"] }\n', ', cors: { allowed_methods: [GET, DELETE] }',
         ['routes[0].cors.allowed_methods[1]: DELETE is not one of the route\'s methods']],
-      ['cors: { allowed_origins: ["https://a.example"] }\n', ', cors: { allowed_origin: ["https://b.example"] }', ['routes[0].cors.allowed_origin: unknown key']],
+      ['cors: { allowed_origins: ["https://a.example"] }\n', ', cors: { allowed_origin: ["https://b.example"] }', ['routes[0].cors.allowed_origin: unknown key (did you mean "allowed_origins"?)']],
       ['cors: { allowed_origins: ["https://a.example"] }\n', ', cors: "yes"', ['routes[0].cors: must be boolean,object']],
     ]
     for (const [top, route, expected] of cases) {

@@ -51,7 +51,7 @@ describe('accepted', () => {
 describe('refused', () => {
   it('an unknown key in a rule, at its line', () => {
     expect(issuesOf(route('      tools:\n        get_order:\n          scope: { all: [orders:read] }\n'))).toEqual([
-      { line: 11, col: 11, path: 'routes[0].mcp.tools.get_order.scope', message: 'unknown key' },
+      { line: 11, col: 11, path: 'routes[0].mcp.tools.get_order.scope', message: 'unknown key (did you mean "scopes"?)' },
     ])
   })
 
