@@ -66,7 +66,7 @@ issuers:
     expect(run.stderr.trimEnd().split('\n')).toEqual([
       `${file}:4:14  upstreams.main.timeout: must be a duration such as 30s, 5m or 1h`,
       `${file}:9:11  routes[0].auth: must be one of required, optional, none`,
-      `${file}:11:7  routes[0].scopes.al: unknown key`,
+      `${file}:11:7  routes[0].scopes.al: unknown key (did you mean "all"?)`,
       `${file}:16:18  issuers[0].algorithms[0]: must be one of RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA (none and HS* are never accepted)`,
       `${file}:17:5  issuers[0].client_secret: unknown key`,
       `${file}:17:20  issuers[0].client_secret: \${MISSING_SECRET} is not set`,

@@ -403,7 +403,9 @@ describe('docs/deployment.md', () => {
   it('the ConfigMap holds a portcullis.yaml that passes check', () => {
     const configMap = one('ConfigMap')
     const text = configMap.data['portcullis.yaml'] as string
-    const env = Object.fromEntries([...text.matchAll(/\$\{([A-Z0-9_]+)\}/g)].map((m) => [m[1], 'x'.repeat(32)]))
+    // Secret-length stand-ins; the key-encryption key must be 32 bytes of base64, as `openssl rand -base64 32` makes.
+    const env = Object.fromEntries([...text.matchAll(/\$\{([A-Z0-9_]+)\}/g)]
+      .map((m) => [m[1], m[1] === 'KEY_ENCRYPTION_KEY' ? Buffer.alloc(32, 7).toString('base64') : 'x'.repeat(32)]))
     const config = loadConfig('portcullis.yaml', text, env)
     expect(config.server?.listen).toBe(DOCKER_CONFIG.server.listen)
     expect(config.admin?.listen).toBe(DOCKER_CONFIG.admin.listen)
