@@ -7,7 +7,6 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { hasBody } from '../forward/request-body.js'
-import { tracing } from '../tracing/tracing.js'
 import { serveStages } from './refuse.js'
 import { beginRequest } from './request-record.js'
 import type { GatewayRuntime } from './runtime.js'
@@ -21,16 +20,7 @@ export class DecisionEndpoint {
     const ex = beginRequest(this.source.runtime, req, res, 'decision')
     // A decision reads no body: one that comes anyway is not read either, and the connection ends with the answer.
     if (hasBody(req)) res.shouldKeepAlive = false
-    // `tracing`: each decision is one server span, continuing the proxy's `traceparent` when it sends one, with
-    // the authentication under it; named by the request it describes once the route is matched.
-    const tracer = tracing()
-    if (tracer !== null) {
-      const { span, context } = tracer.startRequest(req)
-      span.setAttribute('portcullis.mode', 'decision')
-      ex.span = span
-      tracer.within(context, () => serveStages(stages, ex))
-      return
-    }
+    // `tracing`: each decision is one server span (serveStages), named by the request it describes once matched.
     serveStages(stages, ex)
   }
 }

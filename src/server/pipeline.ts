@@ -8,7 +8,6 @@ import type { Duplex } from 'node:stream'
 import { BadGateway, GatewayError, MalformedRequest, ServerError } from '../errors/oauth-errors.js'
 import { renderErrorOnSocket } from '../errors/render.js'
 import { upstreamFailure } from '../forward/proxy.js'
-import { tracing } from '../tracing/tracing.js'
 import { openExchange, runStages, type Exchange, type Stage } from './exchange.js'
 import { serveStages } from './refuse.js'
 import { requestHeadProblem } from './request-head.js'
@@ -53,16 +52,7 @@ export class GatewayPipeline {
 
   readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const stages = this.lists.proxy
-    const ex = beginRequest(this.rt, req, res, 'proxy')
-    // `tracing`: off, this test is all it costs.
-    const tracer = tracing()
-    if (tracer !== null) {
-      const { span, context } = tracer.startRequest(req)
-      ex.span = span
-      tracer.within(context, () => serveStages(stages, ex))
-      return
-    }
-    serveStages(stages, ex)
+    serveStages(stages, beginRequest(this.rt, req, res, 'proxy'))
   }
 
   private logUpgradeFailure(rt: GatewayRuntime, req: IncomingMessage, failure: GatewayError): void {

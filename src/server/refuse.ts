@@ -5,6 +5,7 @@ import { refusalCors } from '../cors/response.js'
 import { hasBody } from '../forward/request-body.js'
 import { runStages, type Exchange, type Stage } from './exchange.js'
 import { noteFailure } from './request-record.js'
+import { tracing } from '../tracing/tracing.js'
 
 export function refuse(ex: Exchange, error: unknown): void {
   const { rt, req } = ex
@@ -22,8 +23,21 @@ export function refuse(ex: Exchange, error: unknown): void {
   })
 }
 
-/** Runs `stages` on `ex`; a refusal, thrown or rejected later, is answered. */
+/**
+ * Runs `stages` on `ex`; a refusal, thrown or rejected later, is answered. With `tracing` on, inside the request's
+ * server span (continuing the caller's `traceparent`; a decision's marked `portcullis.mode: decision`), under which
+ * the stages' own spans go; off, one test of a module variable is all it costs.
+ */
 export function serveStages(stages: readonly Stage[], ex: Exchange): void {
+  const tracer = tracing()
+  if (tracer === null) return runAndRefuse(stages, ex)
+  const { span, context } = tracer.startRequest(ex.req)
+  if (ex.described) span.setAttribute('portcullis.mode', 'decision')
+  ex.span = span
+  tracer.within(context, () => runAndRefuse(stages, ex))
+}
+
+function runAndRefuse(stages: readonly Stage[], ex: Exchange): void {
   try {
     runStages(stages, ex)?.catch((error: unknown) => refuse(ex, error))
   } catch (error) {
