@@ -9,6 +9,7 @@ import type { Readable } from 'node:stream'
 import { namesAccessToken } from '../authn/bearer.js'
 import { InvalidRequest, MalformedRequest, RateLimited, RequestTooLarge } from '../errors/oauth-errors.js'
 import { clientAddress } from '../ratelimit/limiter.js'
+import { InFlightByKey } from '../common/in-flight.js'
 import { BodyMeter } from './proxy.js'
 import { watchBody, type BodyPolicy } from './body-watch.js'
 
@@ -84,7 +85,7 @@ function streamRest(req: IncomingMessage, prefix: readonly Buffer[], limit: numb
 export const DEFAULT_STREAMS_PER_ADDRESS = 4
 
 /** Bodies streaming to an upstream now, by client address (clientAddress: an IPv6 /64 is one). */
-const streamingFrom = new Map<string, number>()
+const streamingFrom = new InFlightByKey()
 
 /**
  * One more body streamed from this request's client address, or RateLimited (429) past
@@ -93,19 +94,11 @@ const streamingFrom = new Map<string, number>()
  */
 function admitStream(req: IncomingMessage, policy: BodyPolicy): () => void {
   const address = clientAddress(req, policy.trustForwarded)
-  const now = streamingFrom.get(address) ?? 0
-  if (now >= policy.streamsPerAddress) {
-    throw new RateLimited('body_streams_per_address', 1, null, `${now} request bodies already streaming from this address`)
+  const release = streamingFrom.take(address, policy.streamsPerAddress)
+  if (release === undefined) {
+    throw new RateLimited('body_streams_per_address', 1, null, `${streamingFrom.count(address)} request bodies already streaming from this address`)
   }
-  streamingFrom.set(address, now + 1)
-  let released = false
-  return () => {
-    if (released) return
-    released = true
-    const left = (streamingFrom.get(address) ?? 1) - 1
-    if (left <= 0) streamingFrom.delete(address)
-    else streamingFrom.set(address, left)
-  }
+  return release
 }
 
 /**

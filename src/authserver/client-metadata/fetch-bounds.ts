@@ -7,6 +7,7 @@
  */
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible'
 import { TooManyAttempts } from '../../errors/oauth-errors.js'
+import { InFlightByKey } from '../../common/in-flight.js'
 
 export interface FetchBoundSettings {
   readonly fetches: number
@@ -18,7 +19,7 @@ export const DEFAULT_FETCH_BOUNDS: FetchBoundSettings = { fetches: 20, windowSec
 
 export class FetchBounds {
   private readonly started: RateLimiterMemory
-  private readonly inFlight = new Map<string, number>()
+  private readonly inFlight = new InFlightByKey()
 
   constructor(private readonly settings: FetchBoundSettings) {
     this.started = new RateLimiterMemory({ keyPrefix: 'portcullis-metadata-fetches', points: settings.fetches, duration: settings.windowSeconds })
@@ -26,11 +27,7 @@ export class FetchBounds {
 
   /** Counts one fetch for `address`, or throws TooManyAttempts; the caller calls the returned function when it ends. */
   async admit(address: string): Promise<() => void> {
-    const running = this.inFlight.get(address) ?? 0
-    if (running >= this.settings.concurrent) {
-      throw new TooManyAttempts(1, `${running} client_id metadata document fetches already in flight for this address`,
-        'too many client_id metadata documents fetched at once; retry later')
-    }
+    if (this.inFlight.count(address) >= this.settings.concurrent) throw this.tooManyAtOnce(address)
     try {
       await this.started.consume(address, 1)
     } catch (error) {
@@ -39,20 +36,14 @@ export class FetchBounds {
         `more than ${this.settings.fetches} client_id metadata document fetches from this address in the window`,
         'too many client_id metadata documents fetched; retry later')
     }
-    // Counted after the wait: two lookups that passed the first test together must not both run past the bound.
-    const now = this.inFlight.get(address) ?? 0
-    if (now >= this.settings.concurrent) {
-      throw new TooManyAttempts(1, `${now} client_id metadata document fetches already in flight for this address`,
-        'too many client_id metadata documents fetched at once; retry later')
-    }
-    this.inFlight.set(address, now + 1)
-    let ended = false
-    return () => {
-      if (ended) return
-      ended = true
-      const left = (this.inFlight.get(address) ?? 1) - 1
-      if (left <= 0) this.inFlight.delete(address)
-      else this.inFlight.set(address, left)
-    }
+    // Taken after the wait: two lookups that passed the first test together must not both run past the bound.
+    const release = this.inFlight.take(address, this.settings.concurrent)
+    if (release === undefined) throw this.tooManyAtOnce(address)
+    return release
+  }
+
+  private tooManyAtOnce(address: string): TooManyAttempts {
+    return new TooManyAttempts(1, `${this.inFlight.count(address)} client_id metadata document fetches already in flight for this address`,
+      'too many client_id metadata documents fetched at once; retry later')
   }
 }
