@@ -144,39 +144,33 @@ export function createThrottle(settings: ThrottleLimits, createLimiter: LimiterF
   // A shared store that failed is left alone for SHARED_RETRY_MS: meanwhile the insurance counts at once, so
   // that a Redis that hangs costs one command timeout, not one per attempt (the token endpoint's 2 s bound).
   let sharedDownUntil = 0
-  const sharedDown = () => Date.now() < sharedDownUntil
-  const markDown = () => { sharedDownUntil = Date.now() + SHARED_RETRY_MS }
-  const take = (key: string): Promise<Held> => {
-    const { counters, insurance } = familyOf(key).reserved
-    if (insurance !== undefined && sharedDown()) return consumeOne(insurance, key)
-    return consumeOne(counters, key).catch((error: unknown) => {
+  /** `op` on the limiter's shared counters, or on its insurance while they are down or when they fail now. */
+  const counted = <T>({ counters, insurance }: Limiter, op: (on: RateLimiterAbstract) => Promise<T>): Promise<T> => {
+    if (insurance !== undefined && Date.now() < sharedDownUntil) return op(insurance)
+    return op(counters).catch((error: unknown) => {
       if (insurance === undefined) throw error
-      markDown()
-      return consumeOne(insurance, key)
+      sharedDownUntil = Date.now() + SHARED_RETRY_MS
+      return op(insurance)
     })
   }
+  const take = (key: string): Promise<Held> => counted(familyOf(key).reserved, (on) => consumeOne(on, key))
   // reward() cannot fail the caller: a point not given back (store down) expires with its window.
   const release = (held: readonly Held[]) => Promise.all(held.map(({ key, counters, windowEndsAt }) =>
     (Date.now() < windowEndsAt - RELEASE_MARGIN_MS ? counters.reward(key, 1).catch(() => undefined) : undefined))).then(() => undefined)
   // A failure is also counted on its own, so that a full key tells failures from attempts in flight. Not
-  // counted (store down): the attempt only waits longer before its refusal.
+  // counted (store down): the attempt only waits longer before its refusal. Past the allowance is no failure of the store.
   const recordFailure = (key: string) => {
-    const { counters, insurance } = familyOf(key).failures
-    if (insurance !== undefined && sharedDown()) return void insurance.consume(key, 1).catch(() => undefined)
-    counters.consume(key, 1).catch((error: unknown) => {
-      if (!(error instanceof RateLimiterRes)) return insurance?.consume(key, 1)
-      return undefined
-    }).catch(() => undefined)
+    void counted(familyOf(key).failures, (on) => on.consume(key, 1).catch((error: unknown) => {
+      if (error instanceof RateLimiterRes) return undefined
+      throw error
+    })).catch(() => undefined)
   }
   /** Whether `key` is full of failures (not of attempts in flight); unknown (store down) counts as full. */
   const failedOut = async (key: string): Promise<boolean> => {
-    const { counters, insurance } = familyOf(key).failures
+    const failures = familyOf(key).failures
     try {
-      const state = await (insurance !== undefined && sharedDown() ? insurance : counters).get(key).catch((error: unknown) => {
-        if (insurance === undefined) throw error
-        return insurance.get(key)
-      })
-      return state !== null && state.consumedPoints >= counters.points
+      const state = await counted(failures, (on) => on.get(key))
+      return state !== null && state.consumedPoints >= failures.counters.points
     } catch {
       return true
     }
