@@ -64,6 +64,7 @@ function register(config: ClientConfig): RegisteredClient {
   // against the decoy hash.
   let verifiedDigest: Buffer | undefined
   const authMethod = config.token_endpoint_auth_method ?? (hasSecret ? 'client_secret_basic' : 'none')
+  const certificate = certificateCheck(config)
   return {
     clientId: config.client_id,
     name: config.name ?? config.client_id,
@@ -78,7 +79,7 @@ function register(config: ClientConfig): RegisteredClient {
     ...(config.refresh_token_reuse_grace !== undefined && { refreshReuseGraceMs: parseDuration(config.refresh_token_reuse_grace) }),
     idTokenAlg: config.id_token_signed_response_alg ?? 'RS256',
     dpopBoundAccessTokens: config.dpop_bound_access_tokens ?? false,
-    ...(certificateCheck(config) && { certificate: certificateCheck(config)! }),
+    ...(certificate !== undefined && { certificate }),
     verifySecret: async (secret) => {
       if (config.client_secret_hash !== undefined) {
         const digest = sha256(secret)

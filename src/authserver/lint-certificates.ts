@@ -6,8 +6,9 @@ import { X509Certificate } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { ClientConfig, GatewayConfig } from '../config/schema.js'
 import type { Problem } from '../common/problem.js'
+import { CERTIFICATE_AUTH_METHODS } from './registered-client.js'
 
-export const CERTIFICATE_METHODS: ReadonlySet<string> = new Set(['tls_client_auth', 'self_signed_tls_client_auth'])
+export const CERTIFICATE_METHODS: ReadonlySet<string> = new Set(CERTIFICATE_AUTH_METHODS)
 
 /** One client's certificate settings, against its method and the listener. */
 export function lintCertificateClient(config: GatewayConfig, client: ClientConfig, at: Array<string | number>, problems: Problem[]): void {

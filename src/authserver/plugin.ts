@@ -9,7 +9,7 @@ import cookie from '@fastify/cookie'
 import csrf from '@fastify/csrf-protection'
 import formbody from '@fastify/formbody'
 import type { EmbeddedIssuer } from '../authn/authenticator.js'
-import type { Principal } from '../common/principal.js'
+import { audienceMatches, type Principal } from '../common/principal.js'
 import type { AuthorizationServerConfig, DpopConfig } from '../config/schema.js'
 import { memoryReplayCache, sharedReplayCache, type ReplayCache, type SharedOnce } from '../dpop/replay.js'
 import { silentAudit, type AuditLog } from '../audit/audit.js'
@@ -90,7 +90,7 @@ function principalOf(record: StoredAccessToken, settings: AuthServerSettings): P
     // RFC 8707: what the token was issued for, so resource routes read it as they read a JWT's aud.
     ...(aud !== undefined && { audience: aud }),
     // Issued for resources only (none of `access_token.audience`): accepted on their routes alone.
-    ...(aud !== undefined && !aud.some((value) => settings.audience.includes(value)) && { resourceOnly: true as const }),
+    ...(aud !== undefined && !audienceMatches(aud, settings.audience) && { resourceOnly: true as const }),
     // RFC 9449 §6: the key a bound token must be presented with, as a JWT's cnf.jkt.
     ...(typeof record.jkt === 'string' && { jkt: record.jkt }),
     // RFC 8705 §3: the certificate a bound token must be presented over, as a JWT's cnf.x5t#S256.

@@ -3,7 +3,10 @@ import type { GrantType } from '../config/schema.js'
 import type { SigningAlgorithm } from '../common/token-formats.js'
 import type { PeerCertificate } from '../common/client-certificate.js'
 
-export type ClientAuthMethod = 'client_secret_basic' | 'client_secret_post' | 'none' | 'tls_client_auth' | 'self_signed_tls_client_auth'
+/** RFC 8705 §2: the methods where the client's TLS certificate is its credential. */
+export const CERTIFICATE_AUTH_METHODS = ['tls_client_auth', 'self_signed_tls_client_auth'] as const
+
+export type ClientAuthMethod = 'client_secret_basic' | 'client_secret_post' | 'none' | typeof CERTIFICATE_AUTH_METHODS[number]
 
 export interface RegisteredClient {
   readonly clientId: string

@@ -8,6 +8,7 @@ import type { FastifyInstance } from 'fastify'
 import { GRANT_TYPES, type GrantType } from '../../config/schema.js'
 import { claimsSupported } from '../claims.js'
 import type { AuthServerContext } from '../context.js'
+import { CERTIFICATE_AUTH_METHODS } from '../registered-client.js'
 import { servePublicDocument } from './public-document.js'
 
 /**
@@ -36,7 +37,6 @@ export interface ImplementedEndpoints {
 }
 
 const TOKEN_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none']
-const CERTIFICATE_AUTH_METHODS = ['tls_client_auth', 'self_signed_tls_client_auth']
 
 /** RFC 8414 §2: an empty array is left out rather than sent. */
 const nonEmpty = (name: string, values: readonly unknown[]) => (values.length > 0 ? { [name]: values } : {})
