@@ -3,6 +3,7 @@ import { isLoopbackHost } from '../config/loopback.js'
 import { readable } from '../config/files.js'
 import { fileURLToPath } from 'node:url'
 import { DEFAULT_STREAMS_PER_ADDRESS } from '../forward/request-body.js'
+import { poolSize } from '../forward/proxy.js'
 import type { GatewayConfig } from '../config/schema.js'
 import type { Problem } from '../common/problem.js'
 import { compileRules } from '../rules/compile.js'
@@ -196,7 +197,7 @@ export function configWarnings(config: GatewayConfig): string[] {
   // One address streaming as many bodies as an upstream lets stream at once (half its pool) could hold them all.
   const perAddress = config.server?.body_streams_per_address ?? DEFAULT_STREAMS_PER_ADDRESS
   for (const [name, upstream] of Object.entries(config.upstreams ?? {})) {
-    const streamed = Math.max(1, Math.floor((upstream.connections ?? 128) / 2))
+    const streamed = poolSize(upstream).maxStreaming
     if (perAddress >= streamed) {
       warnings.push(`server.body_streams_per_address ${perAddress} is not under the ${streamed} streamed bodies upstreams.${name} takes at once ` +
         '(half its connections): one client address could hold them all; lower it or raise connections')

@@ -32,11 +32,17 @@ export interface Upstream {
   readonly maxStreaming: number
 }
 
+/** `upstreams.<name>.connections`, and the half of them request bodies that stream from clients may hold at once. */
+export function poolSize(config: UpstreamConfig): { connections: number; maxStreaming: number } {
+  const connections = config.connections ?? 128
+  return { connections, maxStreaming: Math.max(1, Math.floor(connections / 2)) }
+}
+
 export function createUpstream(name: string, config: UpstreamConfig): Upstream {
   const timeoutMs = parseDuration(config.timeout ?? '30s')
-  const connections = config.connections ?? 128
+  const { connections, maxStreaming } = poolSize(config)
   const queueTimeoutMs = parseDuration(config.queue_timeout ?? '5s')
-  const counters = { busy: 0, streaming: 0, maxStreaming: Math.max(1, Math.floor(connections / 2)) }
+  const counters = { busy: 0, streaming: 0, maxStreaming }
   if (config.url === 'builtin:echo') return { name, echo: true, pool: undefined, timeoutMs, connections, queueTimeoutMs, ...counters }
   const origin = new URL(config.url).origin
   const tls = origin.startsWith('https:')
