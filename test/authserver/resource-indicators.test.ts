@@ -17,6 +17,7 @@ import { tokenHash } from '../../src/authn/token-cache.js'
 import { startAuthServerGateway, type RunningGateway } from '../support/gateway.js'
 import { ALICE, R1, basic, callApi, postForm } from '../support/authserver.js'
 import { FormBrowser, loginAndConsent } from '../support/browser.js'
+import { authorizationUrl } from '../support/registration.js'
 import { deleteKeys } from '../support/redis.js'
 import { twoResources } from '../support/resources.js'
 import { closedPort } from '../support/upstream.js'
@@ -57,16 +58,9 @@ interface Flow { callback: URL; state: string; verifier: string }
 
 /** alice through /authorize (PKCE, state), login and consent, with a `resource` parameter per entry. */
 async function authorize(t: Setup, resources: readonly string[]): Promise<Flow> {
-  const verifier = oauth.generateRandomCodeVerifier()
-  const state = oauth.generateRandomState()
-  const url = new URL(t.as.authorization_endpoint!)
-  for (const [name, value] of Object.entries({
-    response_type: 'code', client_id: CONF.client_id, redirect_uri: R1, scope: 'orders:read', state,
-    code_challenge: await oauth.calculatePKCECodeChallenge(verifier), code_challenge_method: 'S256',
-  })) url.searchParams.set(name, value)
-  for (const resource of resources) url.searchParams.append('resource', resource)
+  const { url, verifier, state } = await authorizationUrl(t.gateway.issuer, CONF.client_id, R1, { resources })
   const browser = new FormBrowser(t.gateway.url)
-  const answer = await loginAndConsent(browser, await browser.get(url.href), ALICE)
+  const answer = await loginAndConsent(browser, await browser.get(url), ALICE)
   expect(answer.location?.startsWith(`${R1}?`)).toBe(true)
   return { callback: new URL(answer.location!), state, verifier }
 }

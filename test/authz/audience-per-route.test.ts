@@ -11,7 +11,7 @@ import * as oauth from 'oauth4webapi'
 import { ALICE } from '../support/authserver.js'
 import { FormBrowser, loginAndConsent } from '../support/browser.js'
 import { startAuthServerGateway, type RunningGateway } from '../support/gateway.js'
-import { register } from '../support/registration.js'
+import { authorizationUrl, register } from '../support/registration.js'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from '../support/upstream.js'
 
 const insecure = { [oauth.allowInsecureRequests]: true } as const
@@ -65,16 +65,9 @@ async function accessToken(t: Setup, resources: readonly string[]): Promise<stri
   })
   expect(registered.status).toBe(201)
   const client: oauth.Client = { client_id: registered.body.client_id as string, token_endpoint_auth_method: 'none' }
-  const verifier = oauth.generateRandomCodeVerifier()
-  const state = oauth.generateRandomState()
-  const url = new URL(t.as.authorization_endpoint!)
-  for (const [name, value] of Object.entries({
-    response_type: 'code', client_id: client.client_id, redirect_uri: REDIRECT, scope: 'api:read', state,
-    code_challenge: await oauth.calculatePKCECodeChallenge(verifier), code_challenge_method: 'S256',
-  })) url.searchParams.set(name, value)
-  for (const resource of resources) url.searchParams.append('resource', resource)
+  const { url, verifier, state } = await authorizationUrl(t.gateway.issuer, client.client_id, REDIRECT, { scope: 'api:read', resources })
   const browser = new FormBrowser(t.gateway.url)
-  const answer = await loginAndConsent(browser, await browser.get(url.href), ALICE)
+  const answer = await loginAndConsent(browser, await browser.get(url), ALICE)
   const params = oauth.validateAuthResponse(t.as, client, new URL(answer.location!), state)
   const tokens = await oauth.processAuthorizationCodeResponse(t.as, client,
     await oauth.authorizationCodeGrantRequest(t.as, client, oauth.None(), params, REDIRECT, verifier, insecure))

@@ -6,6 +6,7 @@
 import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { describe, expect, it, vi, type TestContext } from 'vitest'
+import { slowClient } from '../support/slow-client.js'
 import { startRecordingUpstream, type RecordingUpstream } from '../support/upstream.js'
 import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
 import { startGateway, testConfig, type RunningGateway } from '../support/gateway.js'
@@ -26,27 +27,12 @@ async function setup(onTestFinished: TestContext['onTestFinished'], parts: Confi
 }
 
 /** A client that declares a body and then sends it a byte at a time; `answer` resolves with the status line. */
-function slowClient(port: number, length: number, everyMs: number): { socket: net.Socket; answer: Promise<string> } {
-  const socket = net.connect(port, '127.0.0.1')
-  let timer: NodeJS.Timeout | undefined
-  const answer = new Promise<string>((resolve) => {
-    let text = ''
-    socket.setEncoding('latin1')
-    socket.on('data', (chunk: string) => { text += chunk; clearInterval(timer); resolve(text.split('\r\n')[0]!) })
-    socket.on('error', () => resolve(''))
-    socket.on('close', () => { clearInterval(timer); resolve(text.split('\r\n')[0] ?? '') })
-  })
-  socket.on('connect', () => {
-    socket.write(`POST /hook/x HTTP/1.1\r\nHost: gw\r\nContent-Type: application/octet-stream\r\nContent-Length: ${length}\r\n\r\nx`)
-    timer = setInterval(() => { if (!socket.destroyed) socket.write('x') }, everyMs)
-  })
-  return { socket, answer }
-}
+const slowClientOf = (port: number, length: number, everyMs: number) => slowClient(port, { path: '/hook/x', length, first: 'x', everyMs })
 
 describe('slow request bodies (issue 15, item 2)', () => {
   it('keeps answering a normal request on the same upstream within 1 s while 200 clients trickle their bodies', async ({ onTestFinished }) => {
     const { upstream, issuer, gateway } = await setup(onTestFinished)
-    const clients = Array.from({ length: 200 }, () => slowClient(gateway.port, 60_000, 500))
+    const clients = Array.from({ length: 200 }, () => slowClientOf(gateway.port, 60_000, 500))
     onTestFinished(() => { for (const client of clients) client.socket.destroy() })
     await sleep(1500)
     const token = await issuer.sign({ scope: 'orders:read' })
@@ -64,7 +50,7 @@ describe('slow request bodies (issue 15, item 2)', () => {
 
   it('answers 408 to a small body that stops arriving, without ever opening an upstream connection', async ({ onTestFinished }) => {
     const { upstream, gateway } = await setup(onTestFinished, { server: { body_timeout: '1s' } })
-    const client = slowClient(gateway.port, 1000, 60_000)
+    const client = slowClientOf(gateway.port, 1000, 60_000)
     onTestFinished(() => { client.socket.destroy() })
     const started = performance.now()
     expect(await client.answer).toBe('HTTP/1.1 408 Request Timeout')
@@ -93,7 +79,7 @@ describe('slow request bodies (issue 15, item 2)', () => {
 
   it('answers 408 to a streamed body that keeps coming but slower than body_min_rate', async ({ onTestFinished }) => {
     const { upstream, gateway } = await setup(onTestFinished, { server: { body_timeout: '1s', body_buffer_size: '1kb', body_min_rate: '1kb' } })
-    const client = slowClient(gateway.port, 100_000, 100)
+    const client = slowClientOf(gateway.port, 100_000, 100)
     onTestFinished(() => { client.socket.destroy() })
     const started = performance.now()
     expect(await client.answer).toBe('HTTP/1.1 408 Request Timeout')
@@ -104,7 +90,7 @@ describe('slow request bodies (issue 15, item 2)', () => {
 
   it('forwards a body sent in pauses shorter than body_timeout, whole', async ({ onTestFinished }) => {
     const { upstream, gateway } = await setup(onTestFinished, { server: { body_timeout: '1s', body_min_rate: '0b' } })
-    const client = slowClient(gateway.port, 6, 300)
+    const client = slowClientOf(gateway.port, 6, 300)
     onTestFinished(() => { client.socket.destroy() })
     expect(await client.answer).toBe('HTTP/1.1 200 OK')
     expect(upstream.requests[0]!.bodyBytes).toBe(6)
@@ -130,12 +116,12 @@ describe('slow request bodies (issue 15, item 2)', () => {
 
   it('lets streamed bodies take at most half of an upstream\'s connections: the next one is 503, GETs still pass', async ({ onTestFinished }) => {
     const { upstream, issuer, gateway } = await setup(onTestFinished, { server: { body_buffer_size: '1kb' }, upstreamExtra: { connections: 2 } })
-    const holder = slowClient(gateway.port, 100_000, 50)
+    const holder = slowClientOf(gateway.port, 100_000, 50)
     onTestFinished(() => { holder.socket.destroy() })
     await sleep(100)
     holder.socket.write('z'.repeat(4096))
     await sleep(300)
-    const second = slowClient(gateway.port, 100_000, 50)
+    const second = slowClientOf(gateway.port, 100_000, 50)
     onTestFinished(() => { second.socket.destroy() })
     await sleep(100)
     second.socket.write('z'.repeat(4096))

@@ -8,6 +8,7 @@ import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { describe, expect, it, vi, type TestContext } from 'vitest'
 import { startGateway, testConfig, type RunningGateway } from '../support/gateway.js'
+import { slowClient } from '../support/slow-client.js'
 import { startRecordingUpstream, type RecordingUpstream } from '../support/upstream.js'
 
 const MB = 1024 * 1024
@@ -23,25 +24,11 @@ async function setup(context: TestContext, server: Record<string, unknown>, upst
   return { upstream, gateway }
 }
 
-interface Upload { socket: net.Socket; status: Promise<string> }
-
 /** A 1 MB upload from `from` that sends `burst` bytes at once, then one byte every `everyMs`. */
-function trickle(context: TestContext, port: number, from: string, burst: number, everyMs: number): Upload {
-  const socket = net.connect({ port, host: '127.0.0.1', localAddress: from })
-  context.onTestFinished(() => { socket.destroy() })
-  let timer: NodeJS.Timeout | undefined
-  const status = new Promise<string>((resolve) => {
-    let text = ''
-    socket.setEncoding('latin1')
-    socket.on('data', (chunk: string) => { text += chunk; clearInterval(timer); resolve(text.split('\r\n')[0]!) })
-    socket.on('error', () => resolve(''))
-    socket.on('close', () => { clearInterval(timer); resolve(text.split('\r\n')[0] ?? '') })
-  })
-  socket.on('connect', () => {
-    socket.write(`POST /upload/x HTTP/1.1\r\nHost: gw\r\nContent-Type: application/octet-stream\r\nContent-Length: ${MB}\r\n\r\n${'b'.repeat(burst)}`)
-    timer = setInterval(() => { if (!socket.destroyed) socket.write('x') }, everyMs)
-  })
-  return { socket, status }
+function trickle(context: TestContext, port: number, from: string, burst: number, everyMs: number): { socket: net.Socket; status: Promise<string> } {
+  const client = slowClient(port, { path: '/upload/x', length: MB, first: 'b'.repeat(burst), everyMs, localAddress: from })
+  context.onTestFinished(() => { client.socket.destroy() })
+  return { socket: client.socket, status: client.answer }
 }
 
 /** A 1 MB upload from `from`, sent as fast as the connection takes it. */

@@ -100,14 +100,19 @@ export async function allowRedeemAndRefresh(t: {
   return tokens
 }
 
-/** An authorization request URL on `issuer` for `clientId` (PKCE S256, state, scope orders:read); with its verifier and state. */
-export async function authorizationUrl(issuer: string, clientId: string, redirectUri = 'http://127.0.0.1:51004/callback') {
+/**
+ * An authorization request URL on `issuer` for `clientId` (PKCE S256, state, `scope`, default orders:read, and a
+ * `resource` parameter per entry of `resources`); with its verifier and state.
+ */
+export async function authorizationUrl(issuer: string, clientId: string, redirectUri = 'http://127.0.0.1:51004/callback',
+  { scope = 'orders:read', resources = [] }: { scope?: string; resources?: readonly string[] } = {}) {
   const verifier = oauth.generateRandomCodeVerifier()
   const state = oauth.generateRandomState()
   const url = new URL(`${issuer}/authorize`)
   for (const [name, value] of Object.entries({
-    response_type: 'code', client_id: clientId, redirect_uri: redirectUri, scope: 'orders:read', state,
+    response_type: 'code', client_id: clientId, redirect_uri: redirectUri, scope, state,
     code_challenge: await oauth.calculatePKCECodeChallenge(verifier), code_challenge_method: 'S256',
   })) url.searchParams.set(name, value)
+  for (const resource of resources) url.searchParams.append('resource', resource)
   return { url: url.href, verifier, state, redirectUri }
 }

@@ -107,3 +107,13 @@ export async function closedPort(): Promise<number> {
   await new Promise<void>((resolve) => server.close(() => resolve()))
   return port
 }
+
+/** Listens on 127.0.0.1:0 until the test ends (its connections closed then too); returns the port. */
+export async function listenForTest(server: http.Server, context: { onTestFinished(fn: () => Promise<void>): void }): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  context.onTestFinished(() => new Promise<void>((resolve) => {
+    server.closeAllConnections()
+    server.close(() => resolve())
+  }))
+  return (server.address() as AddressInfo).port
+}

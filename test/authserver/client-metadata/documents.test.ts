@@ -5,13 +5,13 @@
  * test/authserver/client-metadata/address.test.ts.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { describe, expect, it, type TestContext } from 'vitest'
 import * as oauth from 'oauth4webapi'
 import { startAuthServerGateway, type RunningGateway } from '../../support/gateway.js'
 import { ALICE, postForm } from '../../support/authserver.js'
 import { FormBrowser, field, responseParams } from '../../support/browser.js'
 import { allowRedeemAndRefresh, authorizationUrl } from '../../support/registration.js'
+import { listenForTest } from '../../support/upstream.js'
 
 type Gateway = RunningGateway & { issuer: string }
 type Handler = (request: IncomingMessage, response: ServerResponse) => void
@@ -40,12 +40,7 @@ async function startDocumentServer(context: TestContext): Promise<DocumentServer
     if (handler) handler(request, response)
     else response.writeHead(404).end()
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  context.onTestFinished(() => new Promise<void>((resolve) => {
-    server.closeAllConnections()
-    server.close(() => resolve())
-  }))
-  const port = (server.address() as AddressInfo).port
+  const port = await listenForTest(server, context)
   return {
     url: (path) => `http://127.0.0.1:${port}${path}`,
     hits,

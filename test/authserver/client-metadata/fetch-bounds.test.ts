@@ -11,6 +11,7 @@ import { describe, expect, it, vi, type TestContext } from 'vitest'
 import { ALICE } from '../../support/authserver.js'
 import { startAuthServerGateway, type RunningGateway } from '../../support/gateway.js'
 import { authorizationUrl } from '../../support/registration.js'
+import { listenForTest } from '../../support/upstream.js'
 
 const LOOPBACK = 'http://127.0.0.1/callback'
 
@@ -47,12 +48,7 @@ async function startDocumentServer(context: TestContext): Promise<DocumentServer
     if (path.startsWith('/slow-') && !released) held.push(answer)
     else answer()
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  context.onTestFinished(() => new Promise<void>((resolve) => {
-    server.closeAllConnections()
-    server.close(() => resolve())
-  }))
-  const port = (server.address() as AddressInfo).port
+  const port = await listenForTest(server, context)
   return {
     url: (path) => `http://127.0.0.1:${port}${path}`,
     get hits() { return hits },
