@@ -161,6 +161,17 @@ describe('the gateway (RFC 8705 §3)', () => {
     expect(gateway.logs.join('\n')).toContain('certificate_bound')
   })
 
+  it('a subject outside printable ASCII (and a %) reaches the upstream percent-encoded, never as raw bytes', async () => {
+    const odd = createSelfSignedCertificate('Zürich%ops')
+    try {
+      const bound = await issuer.sign({ scope: 'orders:read', cnf: { 'x5t#S256': thumbprint(odd.cert) } })
+      expect(await callApi(gateway, bound, odd)).toMatchObject({ status: 200, reached: true })
+      expect(upstream.requests.at(-1)!.headers['x-client-cert-subject']).toBe('CN=Z%C3%BCrich%25ops')
+    } finally {
+      odd.remove()
+    }
+  })
+
   it('a Bearer token is untouched by a certificate, and never gets the subject header', async () => {
     const plainToken = await issuer.sign({ scope: 'orders:read' })
     expect(await callApi(gateway, plainToken, certs.orders, { 'x-client-cert-subject': 'CN=spoofed' })).toMatchObject({ status: 200, reached: true })

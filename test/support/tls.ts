@@ -70,8 +70,9 @@ export function createTestCa(commonName = 'Portcullis Test CA'): TestCa {
 export function createSelfSignedCertificate(name: string): IssuedCertificate & { remove(): void } {
   const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-self-signed-'))
   newKey(dir, `${name}.key`)
-  openssl(dir, ['req', '-x509', '-new', '-key', `${name}.key`, '-sha256', '-days', '2', '-subj', `/CN=${name}`, '-out', `${name}.crt`])
-  const certFile = path.join(dir, `${name}.crt`)
+  // -utf8: a common name outside ASCII is written as UTF-8 (the certificate-bound tests send one upstream).
+  openssl(dir, ['req', '-x509', '-new', '-utf8', '-key', `${name}.key`, '-sha256', '-days', '2', '-subj', `/CN=${name}`, '-out', 'cert.crt'])
+  const certFile = path.join(dir, 'cert.crt')
   const keyFile = path.join(dir, `${name}.key`)
   return { certFile, keyFile, cert: readFileSync(certFile, 'utf8'), key: readFileSync(keyFile, 'utf8'), remove: () => rmSync(dir, { recursive: true, force: true }) }
 }
