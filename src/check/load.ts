@@ -2,12 +2,12 @@
  * YAML text → validated, frozen {@link GatewayConfig}, or a {@link ConfigError} listing every problem with
  * `file:line:col` and the dotted key.
  */
-import { didYouMean } from '../config/suggest.js'
-import { instancePathOf, pruneInvalid, underCut } from './prune.js'
+import { instancePathOf, pruneInvalid } from './prune.js'
+import { schemaIssue, withoutUnionNoise } from './schema-issues.js'
 import type { Problem } from '../common/problem.js'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
-import { Ajv, type ErrorObject } from 'ajv'
+import { Ajv } from 'ajv'
 import { LineCounter, parseDocument, isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml'
 import { GatewayConfigSchema, type AuthorizationServerConfig, type GatewayConfig } from '../config/schema.js'
 import { lintConfig } from './lint.js'
@@ -141,7 +141,10 @@ export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEn
     // One pass: the lint's problems too, on what remains once the invalid parts are cut (prune.ts).
     const pruned = pruneInvalid(value, all, (copy) => (validateSchema(copy) ? null : [...validateSchema.errors ?? []]))
     const more = pruned === undefined ? [] : lintProblems(pruned.value as GatewayConfig, path.dirname(path.resolve(fileName)))
-      .filter((problem) => !causedByEnv(formatPath(problem.path)) && !underCut(problem.path, pruned.cut))
+      .flatMap((problem) => {
+        const placed = pruned.place(problem.path, problem.message)
+        return placed === undefined || causedByEnv(formatPath(placed.path)) ? [] : [{ ...problem, ...placed }]
+      })
     throw fail([...errors.map((error) => schemaIssue(error, issue)), ...more.map((problem) => issue(problem.path, problem.message, problem.atKey))])
   }
   const config = resolvePaths(value, path.dirname(path.resolve(fileName)))
@@ -166,47 +169,6 @@ function sortIssues(issues: ConfigIssue[]): ConfigIssue[] {
   return issues.sort((a, b) => a.line - b.line || a.col - b.col)
 }
 
-
-const customMessage = (error: ErrorObject) => (error.parentSchema as { 'x-message'?: string } | undefined)?.['x-message']
-
-/**
- * A value that matches none of a union's forms makes Ajv report why each form failed (`must be string`,
- * `must be array`, …, `must match a schema in anyOf`): where the union has its own message, that one alone.
- */
-function withoutUnionNoise(errors: ErrorObject[]): ErrorObject[] {
-  const unions = errors.filter((error) => error.keyword === 'anyOf' && customMessage(error) !== undefined).map((error) => error.instancePath)
-  if (unions.length === 0) return errors
-  return errors.filter((error) => (error.keyword === 'anyOf' && customMessage(error) !== undefined) ||
-    !unions.some((at) => error.instancePath === at || error.instancePath.startsWith(`${at}/`)))
-}
-
-function schemaIssue(error: ErrorObject, issue: (p: ConfigPath, m: string, atKey?: boolean) => ConfigIssue): ConfigIssue {
-  const configPath = instancePathOf(error)
-  const custom = customMessage(error)
-  switch (error.keyword) {
-    case 'additionalProperties': {
-      const key = (error.params as { additionalProperty: string }).additionalProperty
-      const hint = custom && configPath.length === 1 && configPath[0] === 'upstreams' ? ` (${custom})` : ''
-      const known = Object.keys((error.parentSchema as { properties?: Record<string, unknown> } | undefined)?.properties ?? {})
-      return issue([...configPath, key], `unknown key${hint || didYouMean(key, known)}`, true)
-    }
-    case 'required':
-      // Located at the parent (the key is not there), but named in full.
-      return issue([...configPath, (error.params as { missingProperty: string }).missingProperty], 'is required')
-    case 'enum': {
-      const allowed = (error.params as { allowedValues: unknown[] }).allowedValues.map(String)
-      const given = (error as { data?: unknown }).data
-      return issue(configPath, `${custom ?? `must be one of ${allowed.join(', ')}`}${typeof given === 'string' ? didYouMean(given, allowed) : ''}`)
-    }
-    case 'pattern':
-      return issue(configPath, custom ?? `must match ${(error.params as { pattern: string }).pattern}`)
-    case 'anyOf':
-    case 'const':
-      return issue(configPath, custom ?? error.message ?? 'is invalid')
-    default:
-      return issue(configPath, error.message ?? 'is invalid')
-  }
-}
 
 // `$${` (an escaped `${`), a `${NAME}` reference, or a `${` that is neither.
 const REFERENCE = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{/g

@@ -15,6 +15,7 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { ClaimPathError, parseClaimPath, readClaim, type ClaimPath } from './path.js'
 import type { Problem } from '../common/problem.js'
+import { didYouMean } from '../config/suggest.js'
 
 export type ClaimScalar = string | number | boolean
 export type ClaimOperand = ClaimScalar | { param: string } | { header: string }
@@ -152,7 +153,7 @@ function compileCondition(config: ClaimConditionConfig, at: Array<string | numbe
       const position = params.get(ref.param)
       if (!position) {
         const known = [...params.keys()].map((name) => `{${name}}`).join(', ')
-        problems.push({ path: [...at, operator, 'param'], message: `unknown path parameter "${ref.param}": the route path has ${known || 'none'}` })
+        problems.push({ path: [...at, operator, 'param'], message: `unknown path parameter "${ref.param}"${didYouMean(ref.param, params.keys())}: the route path has ${known || 'none'}` })
       } else {
         test = (claims, request) => {
           const text = request && paramValue(position, request.segments)

@@ -8,6 +8,7 @@ import { SCOPE_TOKEN } from '../common/principal.js'
 import {compileConditions, conditionPaths, type CompiledConditions, type ParamPosition} from '../claims/conditions.js'
 import type { Problem } from '../common/problem.js'
 import type { ClaimPath } from '../claims/path.js'
+import { didYouMean } from '../config/suggest.js'
 import { parseSize } from '../config/units.js'
 import { foldName, KNOWN_METHODS } from './names.js'
 
@@ -104,7 +105,7 @@ export function compileMcp(config: McpConfig | undefined, at: Array<string | num
     const ruleAt = [...at, 'methods', method]
     if (!KNOWN_METHODS.has(method)) {
       problems.push({ path: ruleAt, atKey: true,
-        message: `unknown MCP method ${JSON.stringify(method)} (client methods of MCP 2025-03-26 to 2026-07-28: ${[...KNOWN_METHODS].join(', ')})` })
+        message: `unknown MCP method ${JSON.stringify(method)}${didYouMean(method, KNOWN_METHODS)} (client methods of MCP 2025-03-26 to 2026-07-28: ${[...KNOWN_METHODS].join(', ')})` })
       continue
     }
     methods.set(method, compileRule(rule, ruleAt, `mcp.methods.${method}`, params, problems))

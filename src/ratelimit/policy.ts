@@ -5,6 +5,7 @@
  * or the client's address; a header only where the config says so (a header is whatever the client sends).
  */
 import type { GatewayConfig, RateLimitPolicyConfig } from '../config/schema.js'
+import { didYouMean } from '../config/suggest.js'
 import { parseDuration } from '../config/units.js'
 import { ClaimPathError, parseClaimPath, type ClaimPath } from '../claims/path.js'
 import { gcraParameters, type GcraParameters } from './gcra.js'
@@ -95,7 +96,7 @@ export function compileRateLimits(config: GatewayConfig, problems: RateLimitProb
   const policies = new Map(Object.entries(section?.policies ?? {}).map(([name, policy]) => [name, compilePolicy(name, policy, problems)]))
   const named = (names: readonly string[], at: Array<string | number>) => names.flatMap((name, i) => {
     const policy = policies.get(name)
-    if (policy === undefined) problems.push({ path: [...at, i], message: `unknown rate limit policy "${name}"` })
+    if (policy === undefined) problems.push({ path: [...at, i], message: `unknown rate limit policy "${name}"${didYouMean(name, policies.keys())}` })
     return policy === undefined ? [] : [policy]
   })
   const store = section?.store

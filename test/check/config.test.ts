@@ -749,13 +749,82 @@ log: { level: 3 }
     ])
   })
 
-  it('an error that cannot be cut out (a required key) still reports the schema alone, as before', () => {
+  it('an item missing a required key is cut whole: the other items are still linted, nothing is said of its own references', () => {
     expect(issues(`upstreams:
   main:
     url: "http://127.0.0.1:9001"
 routes:
   - id: a
     upstream: nowhere
-`)).toEqual(['5:5 routes[0].path: is required'])
+  - id: b
+    path: "/b/**"
+    upstream: mian
+`)).toEqual([
+      '5:5 routes[0].path: is required',
+      '9:15 routes[1].upstream: unknown upstream "mian" (did you mean "main"?)',
+    ])
+  })
+
+  it('the rest is told by its places in the file: paths and the messages that cite an item, after a cut item', () => {
+    expect(issues(minimalConfig(`  - id: broken
+    path: 17
+    upstream: main
+  - id: x
+    path: "/x/{id}"
+    upstream: main
+  - id: y
+    path: "/x/{key}"
+    upstream: main
+  - id: x
+    path: "/z/**"
+    upstream: main
+`))).toEqual([
+      '9:11 routes[1].path: must be string',
+      '15:11 routes[3].path: ties with routes[2] ("x"): same path shape and overlapping methods',
+      '17:9 routes[4].id: duplicate route id (also routes[2])',
+    ])
+  })
+
+  it('a part whose value is wrong under a required key goes up to where it may be absent; what named it is not an echo reported', () => {
+    expect(issues(`upstreams:
+  main:
+    url: "http://127.0.0.1:9001"
+  orders:
+    url: 9001
+routes:
+  - id: a
+    path: "/a/**"
+    upstream: orders
+  - id: b
+    path: "/b/**"
+    upstream: mian
+`)).toEqual([
+      '5:10 upstreams.orders.url: must be string',
+      '12:15 routes[1].upstream: unknown upstream "mian" (did you mean "main"?)',
+    ])
+  })
+
+  it('a misspelt preset and a misspelt key of an issuer, with a route that refers to a misspelt upstream: all of them', () => {
+    expect(issues(minimalConfig(`  - id: b
+    path: "/b/**"
+    upstream: mian
+issuers:
+  - issuer: "https://idp.example.com"
+    preset: keycloack
+    audiance: api
+`))).toEqual([
+      '10:15 routes[1].upstream: unknown upstream "mian" (did you mean "main"?)',
+      '12:5 issuers[0].audience: is required',
+      '13:13 issuers[0].preset: must be one of entra, keycloak, auth0, okta, cognito (did you mean "keycloak"?)',
+      '14:5 issuers[0].audiance: unknown key (did you mean "audience"?)',
+    ])
+  })
+
+  it('a root missing a required key cannot be cut: the schema errors alone', () => {
+    expect(issues(`routes:
+  - id: a
+    path: "/a/**"
+    upstream: nowhere
+`)).toEqual(['1:1 upstreams: is required'])
   })
 })

@@ -73,7 +73,7 @@ describe('claim conditions', () => {
   it('refuses an unknown path parameter, naming the route\'s parameters', () => {
     const claims = '    claims:\n      all:\n        - claim: tenant\n          equals: { param: tenat }\n'
     expect(issuesOf(route('/t/{tenant}/{x}', claims))).toEqual([{ line: 11, col: 28, path: 'routes[0].claims.all[0].equals.param',
-      message: 'unknown path parameter "tenat": the route path has {tenant}, {x}' }])
+      message: 'unknown path parameter "tenat" (did you mean "tenant"?): the route path has {tenant}, {x}' }])
     expect(issuesOf(route('/t', claims))[0]!.message).toBe('unknown path parameter "tenat": the route path has none')
   })
 

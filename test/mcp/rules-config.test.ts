@@ -96,7 +96,7 @@ describe('refused', () => {
   it('an unknown method (a typo would otherwise protect nothing)', () => {
     const [issue] = issuesOf(route('      methods:\n        resource/read: { scopes: { all: [a] } }\n'))
     expect(issue).toMatchObject({ line: 10, col: 9, path: 'routes[0].mcp.methods.resource/read' })
-    expect(issue!.message).toMatch(/^unknown MCP method "resource\/read" \(client methods of MCP 2025-03-26 to 2026-07-28: initialize, .*resources\/read/)
+    expect(issue!.message).toMatch(/^unknown MCP method "resource\/read" \(did you mean "resources\/read"\?\) \(client methods of MCP 2025-03-26 to 2026-07-28: initialize, .*resources\/read/)
   })
 
   it('a scope that is not a scope-token, which no token could carry', () => {

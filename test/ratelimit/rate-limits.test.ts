@@ -201,6 +201,8 @@ describe('rate_limits at load', () => {
   it('refuses an unknown policy, a window under 1s, a bad key, Redis with nothing to connect to', () => {
     expect(problems('    rate_limits: [nope]\nrate_limits:\n  policies:\n    a: { limit: 1, window: 1s, key: sub }\n'))
       .toEqual(['routes[0].rate_limits[0]: unknown rate limit policy "nope"'])
+    expect(problems('    rate_limits: [per-clent]\nrate_limits:\n  policies:\n    per-client: { limit: 1, window: 1s, key: client_id }\n'))
+      .toEqual(['routes[0].rate_limits[0]: unknown rate limit policy "per-clent" (did you mean "per-client"?)'])
     expect(problems('rate_limits:\n  policies:\n    a: { limit: 1, window: 500ms, key: sub }\n')).toEqual(['rate_limits.policies.a.window: must be at least 1s'])
     expect(problems('rate_limits:\n  policies:\n    a: { limit: 1, window: 1s, key: "claim:" }\n')).toHaveLength(1)
     expect(problems('rate_limits:\n  policies:\n    a: { limit: 1, window: 1s, key: cookie }\n')).toHaveLength(1)
