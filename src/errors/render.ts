@@ -1,5 +1,7 @@
 /** The only writer of error responses: JSON body `{error, error_description}` plus the RFC 6750 challenge. */
 import type { ServerResponse } from 'node:http'
+import { isHttp2Response } from '../common/http2.js'
+import { renderGrpcError } from './grpc.js'
 import { DpopRefused, GatewayError, HeadersTooLarge, InsufficientScope, MalformedRequest, MethodNotAllowed, MissingToken, RateLimited, TemporarilyUnavailable } from './oauth-errors.js'
 
 /** quoted-string safe: descriptions and scopes are ours, but never let one break the header. */
@@ -71,6 +73,8 @@ export interface Refusal {
    * reads its refusals (and their challenge) too.
    */
   readonly cors?: Readonly<Record<string, string>> | undefined
+  /** A gRPC call (`content-type: application/grpc…`): answered with a gRPC status (grpc.ts). */
+  readonly grpc?: boolean
 }
 
 export function renderError(res: ServerResponse, error: GatewayError, refusal: Refusal): void {
@@ -79,11 +83,13 @@ export function renderError(res: ServerResponse, error: GatewayError, refusal: R
     res.destroy()
     return
   }
-  const body = errorBody(error)
   const headers = errorHeaders(error, realm, resource)
   if (cors !== undefined) Object.assign(headers, cors)
+  if (refusal.grpc) return renderGrpcError(res, error, headers)
+  const body = errorBody(error)
   headers['content-length'] = String(Buffer.byteLength(body))
-  if (refusal.close) headers.connection = 'close'
+  // RFC 9113 §8.2.2: HTTP/2 has no Connection field; ending the response resets what is left of the stream.
+  if (refusal.close && !isHttp2Response(res)) headers.connection = 'close'
   res.writeHead(error.status, headers)
   res.end(body)
 }

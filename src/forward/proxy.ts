@@ -5,10 +5,11 @@
 import { readFileSync } from 'node:fs'
 import { Transform, type Readable, type TransformCallback } from 'node:stream'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { Pool, type Dispatcher } from 'undici'
+import { buildConnector, Pool, type Dispatcher } from 'undici'
 import type { UpstreamConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { BadGateway, GatewayError, GatewayTimeout, RequestTooLarge, TemporarilyUnavailable } from '../errors/oauth-errors.js'
+import { isHttp2Response } from '../common/http2.js'
 import { responseHeaderList } from './response-headers.js'
 import type { HeaderList } from './upstream-headers.js'
 import type { CorsAnswer } from '../cors/policy.js'
@@ -19,8 +20,13 @@ export interface Upstream {
   /** `builtin:echo` answers in-process; otherwise `pool` forwards. */
   readonly echo: boolean
   readonly pool: Pool | undefined
+  /** `upstreams.<name>.http2`: HTTP/2 to the upstream (ALPN h2 over TLS, prior knowledge in cleartext). */
+  readonly http2: boolean
   readonly timeoutMs: number
-  /** The pool's size: with this many requests in flight, the next one waits for a connection. */
+  /**
+   * The pool's size: with this many requests in flight, the next one waits for a connection. With HTTP/2, each
+   * connection carries up to STREAMS_PER_CONNECTION requests at once.
+   */
   readonly connections: number
   /** How long a request may wait for a free connection before it is answered 503 (`queue_timeout`). */
   readonly queueTimeoutMs: number
@@ -32,9 +38,15 @@ export interface Upstream {
   readonly maxStreaming: number
 }
 
-/** `upstreams.<name>.connections`, and the half of them request bodies that stream from clients may hold at once. */
+/** Requests at once on one HTTP/2 connection to an upstream (undici's default for a node HTTP/2 server's 100). */
+const STREAMS_PER_CONNECTION = 100
+
+/**
+ * `upstreams.<name>.connections` (times the streams of each, with HTTP/2), and the half of them request bodies that
+ * stream from clients may hold at once.
+ */
 export function poolSize(config: UpstreamConfig): { connections: number; maxStreaming: number } {
-  const connections = config.connections ?? 128
+  const connections = (config.connections ?? 128) * (config.http2 === true ? STREAMS_PER_CONNECTION : 1)
   return { connections, maxStreaming: Math.max(1, Math.floor(connections / 2)) }
 }
 
@@ -43,25 +55,30 @@ export function createUpstream(name: string, config: UpstreamConfig): Upstream {
   const { connections, maxStreaming } = poolSize(config)
   const queueTimeoutMs = parseDuration(config.queue_timeout ?? '5s')
   const counters = { busy: 0, streaming: 0, maxStreaming }
-  if (config.url === 'builtin:echo') return { name, echo: true, pool: undefined, timeoutMs, connections, queueTimeoutMs, ...counters }
+  if (config.url === 'builtin:echo') return { name, echo: true, pool: undefined, http2: false, timeoutMs, connections, queueTimeoutMs, ...counters }
   const origin = new URL(config.url).origin
   const tls = origin.startsWith('https:')
+  const http2 = config.http2 === true
+  const connectTimeout = Math.min(timeoutMs, 10_000)
   const pool = new Pool(origin, {
-    connections,
-    pipelining: 1,
+    connections: config.connections ?? 128,
+    pipelining: http2 ? STREAMS_PER_CONNECTION : 1,
+    ...(http2 && { allowH2: true }),
     headersTimeout: timeoutMs,
     bodyTimeout: timeoutMs,
-    connectTimeout: Math.min(timeoutMs, 10_000),
+    connectTimeout,
+    // Cleartext HTTP/2 with prior knowledge (h2c): the Pool does not pass `useH2c` on to its connector.
+    ...(http2 && !tls && { connect: buildConnector({ useH2c: true, timeout: connectTimeout } as buildConnector.BuildOptions) }),
     // Certificate verification is always on; ca_file replaces the system CAs for a private CA.
     ...(tls && {
       connect: {
         rejectUnauthorized: true,
-        ALPNProtocols: ['http/1.1'],
+        ALPNProtocols: http2 ? ['h2'] : ['http/1.1'],
         ...(config.ca_file !== undefined && { ca: readFileSync(config.ca_file) }),
       },
     }),
   })
-  return { name, echo: false, pool, timeoutMs, connections, queueTimeoutMs, ...counters }
+  return { name, echo: false, pool, http2, timeoutMs, connections, queueTimeoutMs, ...counters }
 }
 
 /** Why an upstream request was aborted: the client's response closed before it was complete. */
@@ -134,7 +151,10 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     let headers = responseHeaderList(rawHeaders)
     if (this.cors) headers = withCorsHeaders(headers, this.cors)
     if (this.extra !== null) headers = withHeaders(headers, this.extra)
-    this.res.writeHead(statusCode, headers)
+    // gRPC's trailers-only answer (its status among the headers, the stream ended with them) stays one: set now,
+    // sent by `end()` in the one HEADERS frame that ends the stream (node sends writeHead's at once, without it).
+    if (isHttp2Response(this.res) && headers.includes('grpc-status')) setHeaders(this.res, statusCode, headers)
+    else this.res.writeHead(statusCode, headers)
     return true
   }
 
@@ -156,9 +176,11 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     this.counted = undefined
   }
 
-  onComplete(): void {
+  onComplete(trailers?: Record<string, string | string[]> | string[] | Buffer[] | null): void {
     this.release()
     this.settled = true
+    // Trailers (gRPC's status lives in them): relayed as they came, where the client's protocol can carry them.
+    if (trailers && (!Array.isArray(trailers) || trailers.length > 0)) relayTrailers(this.res, trailers)
     this.res.end()
     this.done()
   }
@@ -172,6 +194,37 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     // Out of undici's call stack: the caller answers the client, which must not run inside the pool's loop.
     queueMicrotask(() => this.done(error))
   }
+}
+
+/** `[name, value, …]` set on `res` to be sent with its first write (or its end). */
+function setHeaders(res: ServerResponse, statusCode: number, list: readonly string[]): void {
+  res.statusCode = statusCode
+  const fields: Record<string, string | string[]> = {}
+  for (let i = 0; i < list.length; i += 2) {
+    const name = list[i]!
+    const prior = fields[name]
+    fields[name] = prior === undefined ? list[i + 1]! : [...(Array.isArray(prior) ? prior : [prior]), list[i + 1]!]
+  }
+  for (const name in fields) res.setHeader(name, fields[name]!)
+}
+
+/** The upstream's trailer fields (raw `[name, value, …]` over HTTP/1.1, an object over HTTP/2) on `res`. */
+function relayTrailers(res: ServerResponse, trailers: Record<string, string | string[]> | string[] | Buffer[]): void {
+  const fields: Record<string, string | string[]> = {}
+  let any = false
+  if (Array.isArray(trailers)) {
+    for (let i = 0; i + 1 < trailers.length; i += 2) {
+      fields[trailers[i]!.toString().toLowerCase()] = trailers[i + 1]!.toString()
+      any = true
+    }
+  } else {
+    for (const name in trailers) {
+      if (name.charCodeAt(0) === 58) continue
+      fields[name] = trailers[name]!
+      any = true
+    }
+  }
+  if (any) res.addTrailers(fields)
 }
 
 /** `list` (lower-case names) without the names `extra` sets, then `extra`'s. */

@@ -10,6 +10,8 @@ import { namesAccessToken } from '../authn/bearer.js'
 import { InvalidRequest, MalformedRequest, RateLimited, RequestTooLarge } from '../errors/oauth-errors.js'
 import { clientAddress } from '../ratelimit/limiter.js'
 import { InFlightByKey } from '../common/in-flight.js'
+import { isHttp2Request } from '../common/http2.js'
+import { isGrpcRequest } from '../errors/grpc.js'
 import { BodyMeter } from './proxy.js'
 import { watchBody, type BodyPolicy } from './body-watch.js'
 
@@ -18,7 +20,9 @@ const FORM_CONTENT_TYPE = /x-www-form-urlencoded/i
 
 export function hasBody(req: IncomingMessage): boolean {
   const length = req.headers['content-length']
-  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')
+  if (req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0')) return true
+  // RFC 9113 §8.1: over HTTP/2 a body is the DATA frames after the HEADERS, which end the stream when there is none.
+  return length === undefined && isHttp2Request(req) && !(req as IncomingMessage & { stream: { endAfterHeaders: boolean } }).stream.endAfterHeaders
 }
 
 /** The first bytes of a body: all of it (`ended`), or the chunks read until more than the bound arrived. */
@@ -81,6 +85,14 @@ function streamRest(req: IncomingMessage, prefix: readonly Buffer[], limit: numb
   return req.pipe(meter)
 }
 
+/** A gRPC call's messages as they come, counted against `limit`: see requestBody. */
+function streamCall(req: IncomingMessage, limit: number): BodyMeter {
+  const meter = new BodyMeter(limit)
+  req.on('close', () => { if (!req.complete) meter.destroy(new MalformedRequest('the request body ended early')) })
+  meter.on('error', () => { req.unpipe(meter); req.pause() })
+  return req.pipe(meter)
+}
+
 /** `server.body_streams_per_address` by default. */
 export const DEFAULT_STREAMS_PER_ADDRESS = 4
 
@@ -118,8 +130,15 @@ export interface BodyLimits {
   readonly auth: 'required' | 'optional' | 'none'
 }
 
-export async function requestBody(req: IncomingMessage, rule: BodyLimits, policy: BodyPolicy): Promise<Readable | Buffer | null> {
+/**
+ * @param multiplexed the upstream speaks HTTP/2 (`upstreams.<name>.http2`): a slow body holds one of its streams,
+ *   not a connection. A gRPC call's body then streams at once, unwatched and uncounted per address (a streaming
+ *   call's client may wait for answers between its messages, for as long as the call lasts), within the route's
+ *   max_body_size and `server.http2.idle_timeout`.
+ */
+export async function requestBody(req: IncomingMessage, rule: BodyLimits, policy: BodyPolicy, multiplexed = false): Promise<Readable | Buffer | null> {
   if (!hasBody(req)) return null
+  if (multiplexed && isGrpcRequest(req)) return streamCall(req, rule.maxBodySize)
   const length = req.headers['content-length']
   const declared = length === undefined ? undefined : Number(length)
   if (declared !== undefined && !(declared <= rule.maxBodySize)) throw new RequestTooLarge(rule.maxBodySize)

@@ -120,6 +120,8 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
   const alsoRemoved = connectionListed(incoming.connection)
   for (const name in incoming) {
     if (removed.has(name) || alsoRemoved?.has(name)) continue
+    // HTTP/2's pseudo-headers (`:path`, `:authority`, …) are the request line, not fields: the upstream gets its own.
+    if (name.charCodeAt(0) === 58) continue
     // CGI-style stacks (WSGI, Rack, PHP) read `X_Auth_Subject` as `X-Auth-Subject`: strip the look-alike too.
     if (name.includes('_') && removed.has(name.replace(/_/g, '-'))) continue
     // Trusted, the client's X-Forwarded-For is extended below.
@@ -137,7 +139,12 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
   }
   const socket = req.socket
   const remote = socket.remoteAddress ?? ''
-  const host = incoming.host
+  let host = incoming.host
+  if (host === undefined) {
+    // RFC 9113 §8.3.1: an HTTP/2 request names its host in `:authority`; forwarded, it is the Host field.
+    const authority = incoming[':authority']
+    if (typeof authority === 'string') out.push('host', host = authority)
+  }
   if (trusted) {
     // A trusted load balancer's values are kept (those the client's Connection header did not name); ours otherwise.
     const prior = incoming['x-forwarded-for']

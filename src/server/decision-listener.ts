@@ -11,7 +11,7 @@ import { createListener } from './listener.js'
 import type { DecisionEndpoint } from './decision.js'
 
 export function createDecisionServer(config: DecisionConfig, endpoint: DecisionEndpoint, maxHeaderSize: number, realm: string): http.Server {
-  const server = createListener(config.tls, maxHeaderSize, endpoint.handleRequest)
+  const server = createListener({ tls: config.tls, maxHeaderSize }, endpoint.handleRequest)
   // Proxies keep pools of connections to their auth service (nginx `keepalive`: 60 s idle by default): outlast
   // them, so that a proxy does not reuse a connection this side is closing.
   server.keepAliveTimeout = 75_000

@@ -25,6 +25,7 @@ import { buildRuntime, closeRuntime, type RuntimeDependencies } from './runtime.
 import { setTracing, tracing, Tracing } from '../tracing/tracing.js'
 import { DecisionEndpoint } from './decision.js'
 import { createDecisionServer } from './decision-listener.js'
+import { http2Limits } from './http2.js'
 import { createListener } from './listener.js'
 import { LogOutput, RequestLog } from './log-output.js'
 import { bufferedStdout, REDACTED_PATHS, RedactingLogController, serializeRequest } from './log-redaction.js'
@@ -81,6 +82,7 @@ const RESTART_ONLY: ReadonlyArray<[string, (config: GatewayConfig) => unknown]> 
   ['server.listen', (config) => config.server?.listen],
   ['server.max_header_size', (config) => config.server?.max_header_size],
   ['server.workers', (config) => config.server?.workers],
+  ['server.http2', (config) => config.server?.http2],
   // Whether the handshake asks for a certificate is the listener's, fixed when it is made.
   ['server.tls.client_certificates', (config) => config.server?.tls?.client_certificates],
   ['admin', (config) => config.admin],
@@ -135,7 +137,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
           pipeline!.handleRequest(req, res)
         }
       }
-      const server = createListener(tls, maxHeaderSize, handler)
+      const server = createListener({ tls, maxHeaderSize, http2: http2Limits(config) }, handler)
       // `Expect: 100-continue`: node would answer 100 before anyone looked at the request.
       server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => handler(req, res, true))
       server.on('upgrade', (req, socket, head) => pipeline!.handleUpgrade(req, socket, head))

@@ -1,8 +1,13 @@
-/** An HTTP/1.1 listener, or HTTPS (TLS 1.2+, ALPN http/1.1) when `tls` is set: the public and the decision listeners. */
+/**
+ * The public and the decision listeners: HTTP/1.1, or HTTPS (TLS 1.2+) when `tls` is set. The public listener
+ * also speaks HTTP/2 (RFC 9113, `server.http2`): offered by ALPN before HTTP/1.1 with TLS, and in cleartext
+ * (h2c) with prior knowledge beside HTTP/1.1 where `server.http2.cleartext` asks for it (src/server/http2.ts).
+ */
 import { readFileSync } from 'node:fs'
 import http from 'node:http'
 import https from 'node:https'
 import { giveBearerSlot } from '../authn/bearer.js'
+import { createCleartextH2, createSecureH2, type Http2Limits } from './http2.js'
 
 export interface ListenerTls {
   readonly cert_file: string
@@ -17,28 +22,48 @@ export interface ListenerTls {
   readonly client_certificates?: 'off' | 'request' | undefined
 }
 
+export interface ListenerOptions {
+  readonly tls: ListenerTls | undefined
+  readonly maxHeaderSize: number
+  /** HTTP/2 beside HTTP/1.1 (`server.http2`); undefined: HTTP/1.1 only (the decision listener). */
+  readonly http2?: Http2Limits | undefined
+}
+
 /**
  * An HTTP or HTTPS server for the gateway's or the decision endpoint's requests. Each connection gets its
  * kept-Bearer slot (bearer.ts) as it is accepted, before node's own listener sees it: for HTTPS the TLS socket,
  * which is the requests' `socket`.
+ *
+ * With HTTP/2 the server is node's HTTP/2 server with HTTP/1.1 allowed (TLS), or an HTTP/1.1 server that hands
+ * connections opening with the HTTP/2 preface to an HTTP/2 one (cleartext): either way HTTP/1.1 requests are
+ * what they were, with the same events ('request', 'checkContinue', 'upgrade') on the returned server.
  */
-export function createListener(tls: ListenerTls | undefined, maxHeaderSize: number, handler: http.RequestListener): http.Server {
-  const server = tls ? createTlsListener(tls, maxHeaderSize, handler) : http.createServer({ maxHeaderSize }, handler)
+export function createListener(options: ListenerOptions, handler: http.RequestListener): http.Server {
+  const { tls, maxHeaderSize, http2 } = options
+  if (tls && http2?.enabled) {
+    const server = createSecureH2(secureOptions(tls, ['h2', 'http/1.1']), maxHeaderSize, http2, handler)
+    server.prependListener('secureConnection', giveBearerSlot)
+    return server
+  }
+  const server = tls
+    ? https.createServer({ ...secureOptions(tls, ['http/1.1']), maxHeaderSize }, handler)
+    : http.createServer({ maxHeaderSize }, handler)
   server.prependListener(tls ? 'secureConnection' : 'connection', giveBearerSlot)
+  if (!tls && http2?.enabled && http2.cleartext) createCleartextH2(server, maxHeaderSize, http2, handler)
   return server
 }
 
-function createTlsListener(tls: ListenerTls, maxHeaderSize: number, handler: http.RequestListener): https.Server {
-  return https.createServer({
+function secureOptions(tls: ListenerTls, ALPNProtocols: string[]): https.ServerOptions {
+  return {
     cert: readFileSync(tls.cert_file),
     key: readFileSync(tls.key_file),
     minVersion: 'TLSv1.2',
-    ALPNProtocols: ['http/1.1'],
-    maxHeaderSize,
+    ALPNProtocols,
     ...(tls.client_certificates === 'request'
       // Asked for, not required, and not refused unverified: a self-signed certificate binds a token as well as
       // any (RFC 8705 §2.2, §3); whether it chains to client_ca_file is socket.authorized.
       ? { requestCert: true, rejectUnauthorized: false, ...(tls.client_ca_file !== undefined && { ca: readFileSync(tls.client_ca_file) }) }
       : tls.client_ca_file !== undefined && { ca: readFileSync(tls.client_ca_file), requestCert: true, rejectUnauthorized: true }),
-  }, handler)
+  }
 }
+

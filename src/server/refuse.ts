@@ -1,5 +1,6 @@
 /** The answer to a refused request: the error noted for the log and metrics, then rendered per RFC 6750 §3. */
 import { HttpVersionNotSupported } from '../errors/oauth-errors.js'
+import { isGrpcRequest } from '../errors/grpc.js'
 import { renderError } from '../errors/render.js'
 import { refusalCors } from '../cors/response.js'
 import { hasBody } from '../forward/request-body.js'
@@ -20,6 +21,7 @@ export function refuse(ex: Exchange, error: unknown): void {
     close: (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported,
     resource: ex.resourceMetadata,
     cors: rt.cors === null ? undefined : refusalCors(rt.cors, req, ex.cors),
+    grpc: isGrpcRequest(req),
   })
 }
 

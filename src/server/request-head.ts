@@ -4,11 +4,22 @@
  */
 import type { IncomingMessage } from 'node:http'
 import { HttpVersionNotSupported, MalformedRequest, type GatewayError } from '../errors/oauth-errors.js'
+import { isHttp2Request } from '../common/http2.js'
 
 /** Why this request head is refused, or undefined. */
 export function requestHeadProblem(req: IncomingMessage): GatewayError | undefined {
-  // Node's parser accepts any `HTTP/d.d` and would have us answer `HTTP/2.0` as HTTP/1.1.
-  if (req.httpVersionMajor !== 1) return new HttpVersionNotSupported()
+  if (req.httpVersionMajor !== 1) {
+    // Node's HTTP/1.1 parser accepts any `HTTP/d.d` and would have us answer `HTTP/2.0` as HTTP/1.1; a request of
+    // the HTTP/2 server (server.http2) has its stream.
+    if (!isHttp2Request(req)) return new HttpVersionNotSupported()
+    // RFC 9113 §8.3.1: a Host that names another authority than `:authority` makes the request malformed.
+    const host = req.headers.host
+    const authority = req.headers[':authority']
+    if (host !== undefined && typeof authority === 'string' && host.toLowerCase() !== authority.toLowerCase()) {
+      return new MalformedRequest('Host and :authority differ')
+    }
+    return undefined
+  }
   // RFC 9112 §3.2: more than one Host is 400. Node keeps the first; an upstream or a cache may take the last.
   const raw = req.rawHeaders
   let hosts = 0

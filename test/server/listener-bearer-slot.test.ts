@@ -32,7 +32,7 @@ const answerSlot: http.RequestListener = (req, res) => res.end(JSON.stringify(ha
 
 describe('each connection has its kept-Bearer slot before its first request', () => {
   it('over HTTP', async () => {
-    const server = createListener(undefined, 16_384, answerSlot)
+    const server = createListener({ tls: undefined, maxHeaderSize: 16_384 }, answerSlot)
     expect(await firstRequestSees(server, (port) => `http://127.0.0.1:${port}`)).toEqual([true, true])
   })
 
@@ -40,7 +40,7 @@ describe('each connection has its kept-Bearer slot before its first request', ()
     const ca = createTestCa()
     try {
       const cert = ca.issue('gateway', ['IP:127.0.0.1'])
-      const server = createListener({ cert_file: cert.certFile, key_file: cert.keyFile }, 16_384, answerSlot)
+      const server = createListener({ tls: { cert_file: cert.certFile, key_file: cert.keyFile }, maxHeaderSize: 16_384 }, answerSlot)
       const agent = new Agent({ connect: { ca: ca.ca } })
       expect(await firstRequestSees(server, (port) => `https://127.0.0.1:${port}`, agent)).toEqual([true, true])
     } finally {

@@ -40,6 +40,7 @@ async function setup(onTestFinished: TestContext['onTestFinished'], options: {
   listenerTls?: boolean
   upstreamTls?: IssuedCertificate
   caFile?: string
+  http2?: boolean
 }): Promise<Setup> {
   const [upstream, issuer] = await Promise.all([
     startRecordingUpstream(options.upstreamTls ? { tls: { cert: options.upstreamTls.cert, key: options.upstreamTls.key } } : {}),
@@ -48,7 +49,10 @@ async function setup(onTestFinished: TestContext['onTestFinished'], options: {
   const gateway = await startGateway(testConfig({
     upstream,
     issuer,
-    ...(options.listenerTls && { server: { tls: { cert_file: gatewayCert.certFile, key_file: gatewayCert.keyFile } } }),
+    ...(options.listenerTls && { server: {
+      tls: { cert_file: gatewayCert.certFile, key_file: gatewayCert.keyFile },
+      ...(options.http2 === false && { http2: { enabled: false } }),
+    } }),
     ...(options.caFile && { upstreamExtra: { ca_file: options.caFile } }),
   }))
   onTestFinished(async () => { await gateway.close(); await Promise.all([upstream.close(), issuer.close()]) })
@@ -112,14 +116,21 @@ describe('tls: the public listener', () => {
     }
   })
 
-  it('selects http/1.1 over ALPN', async ({ onTestFinished }) => {
+  it('offers h2, then http/1.1, over ALPN (server.http2); http/1.1 alone with server.http2.enabled: false', async ({ onTestFinished }) => {
     const { gateway } = await setup(onTestFinished, { listenerTls: true })
     const socket = await handshake(gateway.port, { ALPNProtocols: ['h2', 'http/1.1'] })
-    expect(socket.alpnProtocol).toBe('http/1.1')
+    expect(socket.alpnProtocol).toBe('h2')
     socket.destroy()
+    const http1 = await handshake(gateway.port, { ALPNProtocols: ['http/1.1'] })
+    expect(http1.alpnProtocol).toBe('http/1.1')
+    http1.destroy()
     const withoutAlpn = await handshake(gateway.port, {})
     expect(withoutAlpn.alpnProtocol).toBe(false)
     withoutAlpn.destroy()
+    const { gateway: http1Only } = await setup(onTestFinished, { listenerTls: true, http2: false })
+    const offered = await handshake(http1Only.port, { ALPNProtocols: ['h2', 'http/1.1'] })
+    expect(offered.alpnProtocol).toBe('http/1.1')
+    offered.destroy()
   })
 
   it('never answers plain HTTP on the TLS listener', async ({ onTestFinished }) => {

@@ -21,6 +21,13 @@ export const Server = Strict({
     // The CAs a `tls_client_auth` client's certificate must chain to.
     client_ca_file: Type.Optional(NonEmpty),
   })),
+  // HTTP/2 (RFC 9113) on the public listener: h2 by ALPN with TLS, h2c with prior knowledge in cleartext if asked.
+  http2: Type.Optional(Strict({
+    enabled: Type.Optional(Type.Boolean()),
+    cleartext: Type.Optional(Type.Boolean()),
+    max_concurrent_streams: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000 })),
+    idle_timeout: Type.Optional(Duration),
+  })),
   shutdown_timeout: Type.Optional(Duration),
   // http:// off loopback for issuer keys, discovery, introspection and the embedded issuer (lint.ts): an error without it.
   allow_insecure_http: Type.Optional(Type.Boolean()),
@@ -44,6 +51,8 @@ export const Upstream = Strict({
   ca_file: Type.Optional(NonEmpty),
   connections: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000 })),
   queue_timeout: Type.Optional(Duration),
+  // The protocol spoken to the upstream: HTTP/2 by ALPN (https) or with prior knowledge (http, h2c).
+  http2: Type.Optional(Type.Boolean()),
 })
 
 export const Forward = Strict({

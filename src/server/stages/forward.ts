@@ -25,7 +25,8 @@ export function body(ex: Exchange): Promise<void> | undefined {
   // RFC 9110 §10.1.1: the server's 'checkContinue' sends no 100 by itself; the client is told to send its body
   // only now that the request is authorized (a refusal is answered instead, and the body never read).
   if (req.headers.expect !== undefined) res.writeContinue()
-  return requestBody(req, ex.rule, ex.rt.bodyPolicy).then((read) => { ex.body = read })
+  const multiplexed = ex.rt.upstreams.get(ex.rule.upstream)?.http2 === true
+  return requestBody(req, ex.rule, ex.rt.bodyPolicy, multiplexed).then((read) => { ex.body = read })
 }
 
 /** The client span of the upstream request; its context goes upstream in `traceparent`. */
@@ -68,6 +69,8 @@ export function forward(ex: Exchange): Promise<void> | undefined {
   const headers = upstreamHeaders(ex)
   ex.headers = headers
   const upstream = rt.upstreams.get(ex.rule.upstream)!
+  // RFC 9113 §8.2.2: `TE: trailers` is the one TE an HTTP/2 request carries (gRPC requires it); hop-by-hop otherwise.
+  if (upstream.http2 && req.headers.te !== undefined && /(?:^|,)\s*trailers\s*(?:[,;]|$)/i.test(String(req.headers.te))) headers.push('te', 'trailers')
   if (upstream.echo) return echoRequest(res, ex)
   // Gone while its token was validated or its body read: nothing to send, and no upstream connection to
   // spend (undici's abort would close the one it had picked).

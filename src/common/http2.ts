@@ -1,0 +1,12 @@
+/** What a request or response of node's HTTP/2 compatibility API has that an HTTP/1.1 one has not. */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+
+/** A request of the HTTP/2 server (server.http2): it carries its stream; an HTTP/1.1 request has none. */
+export function isHttp2Request(req: IncomingMessage): boolean {
+  return (req as IncomingMessage & { stream?: unknown }).stream !== undefined
+}
+
+/** A response on an HTTP/2 stream: connection-specific fields (`Connection`, RFC 9113 §8.2.2) must not be set on it. */
+export function isHttp2Response(res: ServerResponse): boolean {
+  return (res as ServerResponse & { stream?: unknown }).stream !== undefined
+}

@@ -1,0 +1,225 @@
+/**
+ * gRPC through the gateway, with @grpc/grpc-js on both sides: the client over cleartext HTTP/2 (h2c, prior
+ * knowledge) or TLS (h2 by ALPN, call credentials), the service over h2c. A refusal is a gRPC status as the
+ * client library reports it, and never reaches the service.
+ */
+import { describe, expect, it, type TestContext } from 'vitest'
+import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
+import { startGateway, testConfig, type RunningGateway } from '../support/gateway.js'
+import { closedPort } from '../support/upstream.js'
+import { createTestCa } from '../support/tls.js'
+import { echoClient, grpc, startGrpcUpstream, unary, type GrpcUpstream, type Note } from '../support/grpc.js'
+
+interface Setup {
+  service: GrpcUpstream
+  issuer: TestIssuer
+  gateway: RunningGateway
+  /** An Echo client of the gateway over h2c. */
+  client: ReturnType<typeof echoClient>
+  /** Call metadata with `Authorization: Bearer` for a token with these scopes (and claims). */
+  bearer(scope: string, claims?: Record<string, unknown>): Promise<grpc.Metadata>
+}
+
+const ROUTES = [
+  { id: 'health', path: '/grpc.health.v1.Health/Check', upstream: 'main', auth: 'none' },
+  { id: 'echo', path: '/portcullis.test.Echo/*', upstream: 'main', scopes: { all: ['echo:call'] } },
+  { id: 'admin', path: '/portcullis.test.Echo/Admin', upstream: 'main', scopes: { all: ['echo:admin'] } },
+]
+
+async function setup(onTestFinished: TestContext['onTestFinished'], options: { upstreamUrl?: string; extra?: Record<string, unknown> } = {}): Promise<Setup> {
+  const [service, issuer] = await Promise.all([startGrpcUpstream({ intervalMs: 20 }), startTestIssuer()])
+  const config = testConfig({
+    upstream: { url: options.upstreamUrl ?? service.url },
+    upstreamExtra: { http2: true },
+    issuer,
+    routes: ROUTES,
+    server: { http2: { cleartext: true } },
+  })
+  const gateway = await startGateway({ ...config, ...options.extra })
+  const client = echoClient(`127.0.0.1:${gateway.port}`, grpc.credentials.createInsecure())
+  onTestFinished(async () => {
+    client.close()
+    await gateway.close()
+    await Promise.all([service.close(), issuer.close()])
+  })
+  return {
+    service, issuer, gateway, client,
+    bearer: async (scope, claims = {}) => {
+      const metadata = new grpc.Metadata()
+      metadata.set('authorization', `Bearer ${await issuer.sign({ scope, sub: 'alice', ...claims })}`)
+      return metadata
+    },
+  }
+}
+
+const collect = <T>(stream: NodeJS.ReadableStream): Promise<{ messages: T[]; error?: grpc.ServiceError }> => new Promise((resolve) => {
+  const messages: T[] = []
+  stream.on('data', (message: T) => messages.push(message))
+  stream.on('error', (error: grpc.ServiceError) => resolve({ messages, error }))
+  stream.on('end', () => resolve({ messages }))
+})
+
+describe('gRPC over cleartext HTTP/2 to a gRPC service', () => {
+  it('a unary call with a token of its scope reaches the service with the identity in its metadata', async ({ onTestFinished }) => {
+    const { client, service, bearer } = await setup(onTestFinished)
+    const metadata = await bearer('echo:call')
+    const { note, error } = await unary((done) => client.Unary({ text: 'hi' }, metadata, done))
+    expect(error).toBeUndefined()
+    expect(note).toEqual({ text: 'echo: hi' })
+    expect(service.calls).toHaveLength(1)
+    expect(service.calls[0]!.metadata['x-auth-subject']).toBe('alice')
+  })
+
+  it('no token: UNAUTHENTICATED with the challenge in its metadata, and the service never called', async ({ onTestFinished }) => {
+    const { client, service } = await setup(onTestFinished)
+    const { error } = await unary((done) => client.Unary({ text: 'hi' }, new grpc.Metadata(), done))
+    expect(error?.code).toBe(grpc.status.UNAUTHENTICATED)
+    expect(error?.metadata.get('www-authenticate')).toEqual(['Bearer realm="test"'])
+    expect(service.calls).toHaveLength(0)
+  })
+
+  it('a forged token: UNAUTHENTICATED naming invalid_token; the service never called', async ({ onTestFinished }) => {
+    const { client, service } = await setup(onTestFinished)
+    const metadata = new grpc.Metadata()
+    metadata.set('authorization', 'Bearer eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJtYWxsb3J5In0.c2ln')
+    const { error } = await unary((done) => client.Unary({ text: 'hi' }, metadata, done))
+    expect(error?.code).toBe(grpc.status.UNAUTHENTICATED)
+    expect(error?.details).toMatch(/^invalid_token: /)
+    expect(String(error?.metadata.get('www-authenticate')[0])).toMatch(/error="invalid_token"/)
+    expect(service.calls).toHaveLength(0)
+  })
+
+  it('a method whose route asks for a scope the token lacks: PERMISSION_DENIED; the service never called', async ({ onTestFinished }) => {
+    const { client, service, bearer } = await setup(onTestFinished)
+    const metadata = await bearer('echo:call')
+    const { error } = await unary((done) => client.Admin({ text: 'hi' }, metadata, done))
+    expect(error?.code).toBe(grpc.status.PERMISSION_DENIED)
+    expect(String(error?.metadata.get('www-authenticate')[0])).toMatch(/error="insufficient_scope".*scope="echo:admin"/)
+    expect(service.calls).toHaveLength(0)
+    const admin = await unary(async (done) => client.Admin({ text: 'hi' }, await bearer('echo:call echo:admin'), done))
+    expect(admin.note).toEqual({ text: 'admin: hi' })
+  })
+
+  it('past a rate limit: RESOURCE_EXHAUSTED with Retry-After; the service called only for the admitted one', async ({ onTestFinished }) => {
+    const { client, service, bearer } = await setup(onTestFinished, { extra: {
+      routes: [{ ...ROUTES[1], rate_limits: ['one'] }],
+      rate_limits: { policies: { one: { limit: 1, window: '1m', key: 'sub' } } },
+    } })
+    const metadata = await bearer('echo:call')
+    expect((await unary((done) => client.Unary({ text: '1' }, metadata, done))).note).toEqual({ text: 'echo: 1' })
+    const { error } = await unary((done) => client.Unary({ text: '2' }, metadata, done))
+    expect(error?.code).toBe(grpc.status.RESOURCE_EXHAUSTED)
+    expect(Number(error?.metadata.get('retry-after')[0])).toBeGreaterThan(0)
+    expect(service.calls).toHaveLength(1)
+  })
+
+  it('the service down: UNAVAILABLE', async ({ onTestFinished }) => {
+    const { client, bearer } = await setup(onTestFinished, { upstreamUrl: `http://127.0.0.1:${await closedPort()}` })
+    const metadata = await bearer('echo:call')
+    const { error } = await unary((done) => client.Unary({ text: 'hi' }, metadata, done))
+    expect(error?.code).toBe(grpc.status.UNAVAILABLE)
+    expect(error?.details).toMatch(/^bad_gateway: /)
+  })
+
+  it('an unknown method (no route): UNIMPLEMENTED', async ({ onTestFinished }) => {
+    const { service, gateway, bearer } = await setup(onTestFinished, { extra: { routes: [ROUTES[2]] } })
+    const client = echoClient(`127.0.0.1:${gateway.port}`, grpc.credentials.createInsecure())
+    onTestFinished(() => client.close())
+    const metadata = await bearer('echo:call')
+    const { error } = await unary((done) => client.Unary({ text: 'hi' }, metadata, done))
+    expect(error?.code).toBe(grpc.status.UNIMPLEMENTED)
+    expect(service.calls).toHaveLength(0)
+  })
+
+  it('streams each way: server streaming, client streaming and bidirectional, the token checked once at the start', async ({ onTestFinished }) => {
+    const { client, service, bearer } = await setup(onTestFinished)
+    const metadata = await bearer('echo:call')
+    const countdown = await collect<Note>(client.Countdown({ text: '5' }, metadata))
+    expect(countdown).toEqual({ messages: ['5', '4', '3', '2', '1'].map((text) => ({ text })) })
+
+    const collected = await new Promise<Note | grpc.ServiceError>((resolve) => {
+      const call = client.Collect(metadata, (error, note) => resolve(error ?? note!))
+      for (const text of ['a', 'b', 'c']) call.write({ text })
+      call.end()
+    })
+    expect(collected).toEqual({ text: 'a+b+c' })
+
+    // Each message answered before the next is sent: nothing on the way may wait for more of the body.
+    const chat = client.Chat(metadata)
+    const answers: string[] = []
+    for (const text of ['one', 'two', 'three']) {
+      chat.write({ text })
+      answers.push(await new Promise<string>((resolve) => chat.once('data', (note: Note) => resolve(note.text))))
+    }
+    chat.end()
+    await new Promise((resolve) => chat.on('status', resolve))
+    expect(answers).toEqual(['re: one', 're: two', 're: three'])
+    expect(service.calls.map((call) => call.method)).toEqual(['Countdown', 'Collect', 'Chat'])
+  })
+
+  it('a token that expires while its stream runs does not cut the stream', async ({ onTestFinished }) => {
+    const { client, issuer } = await setup(onTestFinished)
+    const metadata = new grpc.Metadata()
+    const exp = Math.floor(Date.now() / 1000) + 2
+    metadata.set('authorization', `Bearer ${await issuer.sign({ scope: 'echo:call', sub: 'alice', exp })}`)
+    const started = Date.now()
+    // 60 messages 50 ms apart: the call outlives the token by a second or more.
+    const slow = await startGrpcUpstream({ intervalMs: 50 })
+    onTestFinished(() => slow.close())
+    const gateway = await startGateway(testConfig({
+      upstream: { url: slow.url }, upstreamExtra: { http2: true }, issuer, routes: ROUTES, server: { http2: { cleartext: true } },
+    }))
+    onTestFinished(() => gateway.close())
+    const viaSlow = echoClient(`127.0.0.1:${gateway.port}`, grpc.credentials.createInsecure())
+    onTestFinished(() => viaSlow.close())
+    const { messages, error } = await collect<Note>(viaSlow.Countdown({ text: '60' }, metadata))
+    expect(error).toBeUndefined()
+    expect(messages).toHaveLength(60)
+    expect(Date.now()).toBeGreaterThan(exp * 1000)
+    expect(Date.now() - started).toBeGreaterThan(2000)
+    void client
+  })
+
+  it('the health check exempted by its own route: answered without a token', async ({ onTestFinished }) => {
+    const { gateway, service } = await setup(onTestFinished)
+    // grpc.health.v1.Health/Check, as a load balancer's probe sends it, through the gateway to a service without it.
+    const health = new grpc.Client(`127.0.0.1:${gateway.port}`, grpc.credentials.createInsecure())
+    onTestFinished(() => health.close())
+    const status = await new Promise<grpc.ServiceError | null>((resolve) => {
+      health.makeUnaryRequest('/grpc.health.v1.Health/Check', (value: Buffer) => value, (value: Buffer) => value, Buffer.alloc(0),
+        new grpc.Metadata(), (error) => resolve(error))
+    })
+    // The service does not implement it: its UNIMPLEMENTED, not the gateway's UNAUTHENTICATED, came back.
+    expect(status?.code).toBe(grpc.status.UNIMPLEMENTED)
+    expect(status?.details).not.toMatch(/unauthorized|invalid_token/)
+    expect(service.calls).toHaveLength(0)
+  })
+})
+
+describe('gRPC over TLS (h2 by ALPN) with call credentials', () => {
+  it('the token from call credentials is checked as any Bearer token: allowed, then UNAUTHENTICATED without it', async ({ onTestFinished }) => {
+    const ca = createTestCa()
+    onTestFinished(() => ca.remove())
+    const cert = ca.issue('gateway', ['DNS:localhost', 'IP:127.0.0.1'])
+    const [service, issuer] = await Promise.all([startGrpcUpstream(), startTestIssuer()])
+    onTestFinished(async () => { await Promise.all([service.close(), issuer.close()]) })
+    const gateway = await startGateway(testConfig({
+      upstream: { url: service.url }, upstreamExtra: { http2: true }, issuer, routes: ROUTES,
+      server: { tls: { cert_file: cert.certFile, key_file: cert.keyFile } },
+    }))
+    onTestFinished(() => gateway.close())
+    const token = await issuer.sign({ scope: 'echo:call', sub: 'alice' })
+    const callCredentials = grpc.credentials.createFromMetadataGenerator((_params, callback) => {
+      const metadata = new grpc.Metadata()
+      metadata.set('authorization', `Bearer ${token}`)
+      callback(null, metadata)
+    })
+    const tls = grpc.credentials.createSsl(Buffer.from(ca.ca))
+    const client = echoClient(`localhost:${gateway.port}`, grpc.credentials.combineChannelCredentials(tls, callCredentials))
+    const anonymous = echoClient(`localhost:${gateway.port}`, tls)
+    onTestFinished(() => { client.close(); anonymous.close() })
+    expect((await unary((done) => client.Unary({ text: 'tls' }, new grpc.Metadata(), done))).note).toEqual({ text: 'echo: tls' })
+    expect((await unary((done) => anonymous.Unary({ text: 'tls' }, new grpc.Metadata(), done))).error?.code).toBe(grpc.status.UNAUTHENTICATED)
+    expect(service.calls).toHaveLength(1)
+  })
+})
