@@ -139,12 +139,8 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
   }
   const socket = req.socket
   const remote = socket.remoteAddress ?? ''
-  let host = incoming.host
-  if (host === undefined) {
-    // RFC 9113 §8.3.1: an HTTP/2 request names its host in `:authority`; forwarded, it is the Host field.
-    const authority = incoming[':authority']
-    if (typeof authority === 'string') out.push('host', host = authority)
-  }
+  // RFC 9113 §8.3.1: an HTTP/2 request names its host in `:authority` (the upstream gets its own Host either way).
+  const host = incoming.host ?? (incoming[':authority'] as string | undefined)
   if (trusted) {
     // A trusted load balancer's values are kept (those the client's Connection header did not name); ours otherwise.
     const prior = incoming['x-forwarded-for']

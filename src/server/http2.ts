@@ -116,10 +116,15 @@ export function createCleartextH2(server: http.Server, maxHeaderSize: number, li
     sniff(socket, (isH2) => {
       if (!isH2) {
         for (const listener of http1) listener.call(server, socket)
+        // Paused by the sniff, a socket stays paused when a 'data' listener is added: the bytes put back wait.
+        socket.resume()
         return
       }
       (socket as Socket & { [H2_SOCKET]?: true })[H2_SOCKET] = true
       giveBearerSlot(socket)
+      // Accepted by the HTTP/1.1 server, the socket allows half-open connections; an HTTP/2 session does not, and
+      // ends its side when the client has ended its own (as node's HTTP/2 server's sockets do).
+      socket.once('end', () => socket.end())
       h2.emit('connection', socket)
     })
   })

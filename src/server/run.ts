@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto'
 import { readFileSync, watch, type FSWatcher } from 'node:fs'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
+import type { Http2Session } from 'node:http2'
 import type { Socket } from 'node:net'
 import { Server as TlsServer } from 'node:tls'
 import path from 'node:path'
@@ -16,6 +17,7 @@ import { parseDuration } from '../config/units.js'
 import { parseListen } from '../config/listen.js'
 import { buildGateway, type GatewayOptions } from './gateway.js'
 import { buildAdmin } from './admin.js'
+import { isHttp2Socket } from './http2.js'
 
 /** Editors write a file in several steps, and a ConfigMap update swaps symlinks: wait for the dust. */
 const WATCH_DEBOUNCE_MS = 250
@@ -87,9 +89,16 @@ function trackConnections(server: Server) {
   server.prependListener('request', onRequest)
   // `Expect: 100-continue` requests come as 'checkContinue' instead (gateway.ts answers them).
   server.prependListener('checkContinue', onRequest)
+  // HTTP/2 (server.http2): a session ends gracefully with GOAWAY (RFC 9113 §6.8), its open streams finishing.
+  const sessions = new Set<Http2Session>()
+  server.on('session', (session: Http2Session) => {
+    sessions.add(session)
+    session.once('close', () => sessions.delete(session))
+    if (draining) session.close()
+  })
   const closeIdle = () => {
     server.closeIdleConnections()
-    for (const [socket, res] of latest) if (res === undefined) socket.destroy()
+    for (const [socket, res] of latest) if (res === undefined && !isHttp2Socket(socket)) socket.destroy()
     for (const socket of handshaking.values()) socket.destroy()
   }
   return {
@@ -97,8 +106,14 @@ function trackConnections(server: Server) {
     drain(): NodeJS.Timeout {
       draining = true
       for (const res of latest.values()) if (res !== undefined && !res.headersSent) res.shouldKeepAlive = false
+      for (const session of sessions) session.close()
       closeIdle()
       return setInterval(closeIdle, DRAIN_TICK_MS)
+    },
+    /** Past the shutdown timeout: every connection, HTTP/2 sessions with streams still open included. */
+    closeAll(): void {
+      server.closeAllConnections()
+      for (const session of sessions) session.destroy()
     },
   }
 }
@@ -203,9 +218,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
     const ticks = listeners.map((listener) => listener.drain())
     const force = setTimeout(() => {
       log.warn('shutdown timeout: closing the connections still open')
-      gateway.server.closeAllConnections()
-      admin?.server.closeAllConnections()
-      decisionServer?.closeAllConnections()
+      for (const listener of listeners) listener.closeAll()
     }, timeoutMs)
     try {
       await Promise.all([gateway.close(), admin?.close()])

@@ -6,6 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
+import http2 from 'node:http2'
 import https from 'node:https'
 import net, { type AddressInfo } from 'node:net'
 import tls from 'node:tls'
@@ -443,6 +444,38 @@ describe('issue 15 item 11: shutdown waits only for requests in flight (the comp
     await s.running.shutdown('test')
     expect(Date.now() - started).toBeLessThan(1000)
     await bare.closed
+  })
+
+  it('HTTP/2: an idle session gets GOAWAY and closes at once, a stream in flight finishes with 200 on its own', async (context) => {
+    const { upstream, issuer } = await fixtures(context)
+    const s = await start(context, { ...config(upstream, issuer), server: { listen: '127.0.0.1:0', http2: { cleartext: true } } }, { watch: false })
+    const url = `http://127.0.0.1:${(s.running.gateway.server.address() as AddressInfo).port}`
+    const token = await issuer.sign({ scope: 'orders:read' })
+    const idle = http2.connect(url)
+    const busy = http2.connect(url)
+    for (const session of [idle, busy]) { session.on('error', () => {}); context.onTestFinished(() => { session.destroy() }) }
+    await Promise.all([idle, busy].map((session) => new Promise((resolve) => session.once('remoteSettings', resolve))))
+    const idleGoaway = new Promise<number>((resolve) => idle.once('goaway', (code: number) => resolve(code)))
+    const idleClosed = new Promise<number>((resolve) => idle.once('close', () => resolve(Date.now())))
+    const stream = busy.request({ ':path': '/slow/1', authorization: `Bearer ${token}` })
+    const answer = new Promise<{ status: number; body: string; at: number }>((resolve, reject) => {
+      let status = 0
+      let body = ''
+      stream.setEncoding('utf8')
+      stream.on('response', (headers) => { status = Number(headers[':status']) })
+      stream.on('data', (chunk: string) => { body += chunk })
+      stream.on('end', () => resolve({ status, body, at: Date.now() }))
+      stream.on('error', reject)
+    })
+    await waitFor(() => upstream.requests.some((request) => request.url === '/slow/1'))
+    const stopped = s.running.shutdown('test')
+    // RFC 9113 §6.8: NO_ERROR, the streams already open are still answered.
+    expect(await idleGoaway).toBe(http2.constants.NGHTTP2_NO_ERROR)
+    const res = await answer
+    expect(res.status).toBe(200)
+    expect(JSON.parse(res.body)).toMatchObject({ url: '/slow/1' })
+    expect(await idleClosed).toBeLessThan(res.at)
+    await stopped
   })
 
   it('a request in flight finishes with 200 and Connection: close while idle connections close at once; then exit 0', async (context) => {

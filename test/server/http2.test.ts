@@ -1,0 +1,146 @@
+/**
+ * HTTP/2 on the public listener (RFC 9113, server.http2), with clients nobody here wrote: curl (nghttp2) over
+ * TLS by ALPN and in cleartext with prior knowledge, and node's HTTP/2 client where a request must be shaped by
+ * hand. The same request path as HTTP/1.1: what reaches the upstream, and what never does.
+ */
+import { execFile } from 'node:child_process'
+import http2 from 'node:http2'
+import { promisify } from 'node:util'
+import { describe, expect, it, type TestContext } from 'vitest'
+import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
+import { startGateway, testConfig, type RunningGateway } from '../support/gateway.js'
+import { startRecordingUpstream, type RecordingUpstream } from '../support/upstream.js'
+import { createTestCa, type TestCa } from '../support/tls.js'
+
+const run = promisify(execFile)
+
+interface Setup {
+  upstream: RecordingUpstream
+  issuer: TestIssuer
+  gateway: RunningGateway
+  authorization: string
+}
+
+async function setup(onTestFinished: TestContext['onTestFinished'], server: Record<string, unknown>): Promise<Setup> {
+  const [upstream, issuer] = await Promise.all([startRecordingUpstream(), startTestIssuer()])
+  const gateway = await startGateway(testConfig({ upstream, issuer, server }))
+  onTestFinished(async () => { await gateway.close(); await Promise.all([upstream.close(), issuer.close()]) })
+  return { upstream, issuer, gateway, authorization: `Bearer ${await issuer.sign({ scope: 'orders:read', sub: 'alice' })}` }
+}
+
+/** curl's answer: the HTTP version it spoke, the status, the headers (lower-case names) and the body. */
+async function curl(args: readonly string[]): Promise<{ version: string; status: number; headers: string; body: string }> {
+  const { stdout } = await run('curl', ['-sS', '-D', '-', '-w', '\n%{http_version} %{response_code}', ...args], { timeout: 10_000 })
+  const [text, last] = [stdout.slice(0, stdout.lastIndexOf('\n')), stdout.slice(stdout.lastIndexOf('\n') + 1)]
+  const [version = '', status = '0'] = last.split(' ')
+  const split = text.indexOf('\r\n\r\n')
+  return { version, status: Number(status), headers: text.slice(0, split).toLowerCase(), body: text.slice(split + 4) }
+}
+
+/** One request on a fresh HTTP/2 session: the response's headers and body. */
+function h2Request(url: string, headers: http2.OutgoingHttpHeaders, body?: string, options: http2.SecureClientSessionOptions = {}):
+  Promise<{ headers: http2.IncomingHttpHeaders; body: string }> {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(url, options)
+    session.on('error', reject)
+    const stream = session.request(headers, { endStream: body === undefined })
+    let received = ''
+    let answer: http2.IncomingHttpHeaders = {}
+    stream.setEncoding('utf8')
+    stream.on('response', (h) => { answer = h })
+    stream.on('data', (chunk: string) => { received += chunk })
+    stream.on('end', () => { session.close(); resolve({ headers: answer, body: received }) })
+    stream.on('error', reject)
+    if (body !== undefined) {
+      // Written in pieces without a content-length: an HTTP/2 body is its DATA frames (RFC 9113 §8.1).
+      stream.write(body.slice(0, 3))
+      setTimeout(() => stream.end(body.slice(3)), 20)
+    }
+  })
+}
+
+describe('HTTP/2 in cleartext with prior knowledge (server.http2.cleartext)', () => {
+  it('curl --http2-prior-knowledge: forwarded as any request, X-Forwarded-Host from :authority, no pseudo-header and no spoofed identity upstream', async ({ onTestFinished }) => {
+    const { upstream, gateway, authorization } = await setup(onTestFinished, { http2: { cleartext: true } })
+    const answer = await curl(['--http2-prior-knowledge', '-H', `authorization: ${authorization}`, '-H', 'x-auth-subject: mallory',
+      `http://127.0.0.1:${gateway.port}/orders/7?x=1`])
+    expect(answer.version).toBe('2')
+    expect(answer.status).toBe(200)
+    expect(upstream.requests).toHaveLength(1)
+    const seen = upstream.requests[0]!
+    expect(seen.url).toBe('/orders/7?x=1')
+    expect(seen.headers.host).toBe(`127.0.0.1:${upstream.port}`)
+    expect(seen.headers['x-forwarded-host']).toBe(`127.0.0.1:${gateway.port}`)
+    expect(seen.headers['x-auth-subject']).toBe('alice')
+    expect(Object.keys(seen.headers).filter((name) => name.startsWith(':'))).toEqual([])
+    expect(seen.rawHeaders.filter((_, i) => i % 2 === 0).filter((name) => name.toLowerCase() === 'x-auth-subject')).toHaveLength(1)
+  })
+
+  it('HTTP/1.1 still served on the same port', async ({ onTestFinished }) => {
+    const { upstream, gateway, authorization } = await setup(onTestFinished, { http2: { cleartext: true } })
+    const answer = await curl(['--http1.1', '-H', `authorization: ${authorization}`, `http://127.0.0.1:${gateway.port}/orders/7`])
+    expect(answer.version).toBe('1.1')
+    expect(answer.status).toBe(200)
+    expect(upstream.requests).toHaveLength(1)
+  })
+
+  it('a refusal over HTTP/2: 401 with its challenge and JSON body, no Connection field; the upstream never reached', async ({ onTestFinished }) => {
+    const { upstream, gateway } = await setup(onTestFinished, { http2: { cleartext: true } })
+    const answer = await curl(['--http2-prior-knowledge', `http://127.0.0.1:${gateway.port}/orders/7`])
+    expect(answer.version).toBe('2')
+    expect(answer.status).toBe(401)
+    expect(answer.headers).toContain('www-authenticate: bearer realm="test"')
+    expect(answer.headers).not.toContain('connection:')
+    expect(JSON.parse(answer.body)).toMatchObject({ error: 'unauthorized' })
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('a body sent as DATA frames without a content-length reaches the upstream whole; one refused is never read', async ({ onTestFinished }) => {
+    const { upstream, gateway, authorization } = await setup(onTestFinished, { http2: { cleartext: true } })
+    const url = `http://127.0.0.1:${gateway.port}`
+    const sent = await h2Request(url, { ':method': 'POST', ':path': '/orders', authorization, 'content-type': 'text/plain' }, 'hello, upstream')
+    expect(sent.headers[':status']).toBe(200)
+    expect(upstream.requests).toHaveLength(1)
+    expect(upstream.requests[0]!.bodyBytes).toBe('hello, upstream'.length)
+    const refused = await h2Request(url, { ':method': 'POST', ':path': '/orders', 'content-type': 'text/plain' }, 'never read')
+    expect(refused.headers[':status']).toBe(401)
+    expect(upstream.requests).toHaveLength(1)
+  })
+
+  it('a Host that names another authority than :authority is 400 (RFC 9113 §8.3.1); the upstream never reached', async ({ onTestFinished }) => {
+    const { upstream, gateway, authorization } = await setup(onTestFinished, { http2: { cleartext: true } })
+    const url = `http://127.0.0.1:${gateway.port}`
+    const answer = await h2Request(url, { ':path': '/orders/1', ':authority': `127.0.0.1:${gateway.port}`, host: 'elsewhere.example', authorization })
+    expect(answer.headers[':status']).toBe(400)
+    expect(upstream.requests).toHaveLength(0)
+    // Host alone (no :authority) is how some clients name it: the host the client asked for, as for HTTP/1.1.
+    const hostOnly = await h2Request(url, { ':path': '/orders/1', host: 'orders.example', authorization })
+    expect(hostOnly.headers[':status']).toBe(200)
+    expect(upstream.requests.map((request) => request.headers['x-forwarded-host'])).toEqual(['orders.example'])
+  })
+
+  it('without server.http2.cleartext a prior-knowledge connection is not served, and nothing is forwarded', async ({ onTestFinished }) => {
+    const { upstream, gateway, authorization } = await setup(onTestFinished, {})
+    await expect(curl(['--http2-prior-knowledge', '-H', `authorization: ${authorization}`, `http://127.0.0.1:${gateway.port}/orders/7`]))
+      .rejects.toThrow()
+    expect(upstream.requests).toHaveLength(0)
+  })
+})
+
+describe('HTTP/2 over TLS by ALPN', () => {
+  let ca: TestCa
+  it('curl --http2 negotiates h2 and is forwarded; curl --http1.1 on the same listener gets HTTP/1.1', async ({ onTestFinished }) => {
+    ca = createTestCa()
+    onTestFinished(() => ca.remove())
+    const cert = ca.issue('gateway', ['IP:127.0.0.1'])
+    const { upstream, gateway, authorization } = await setup(onTestFinished, { tls: { cert_file: cert.certFile, key_file: cert.keyFile } })
+    const h2 = await curl(['--http2', '--cacert', ca.caFile, '-H', `authorization: ${authorization}`, `https://127.0.0.1:${gateway.port}/orders/1`])
+    expect(h2.version).toBe('2')
+    expect(h2.status).toBe(200)
+    const h1 = await curl(['--http1.1', '--cacert', ca.caFile, '-H', `authorization: ${authorization}`, `https://127.0.0.1:${gateway.port}/orders/2`])
+    expect(h1.version).toBe('1.1')
+    expect(h1.status).toBe(200)
+    expect(upstream.requests.map((request) => request.url)).toEqual(['/orders/1', '/orders/2'])
+    expect(upstream.requests[0]!.headers['x-forwarded-proto']).toBe('https')
+  })
+})
