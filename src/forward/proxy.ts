@@ -104,6 +104,8 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   /** Counted in `upstream.busy` (and `streaming`) until undici is done with the request. */
   private counted: Upstream | undefined
   private streamed = false
+  /** The upstream's `grpc-status` (in its trailers, or its headers for a trailers-only answer), for the log and metrics. */
+  grpcStatus: number | undefined
 
   /**
    * @param cors the CORS headers of the request's origin, when the gateway answers CORS on the route
@@ -153,8 +155,12 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     if (this.extra !== null) headers = withHeaders(headers, this.extra)
     // gRPC's trailers-only answer (its status among the headers, the stream ended with them) stays one: set now,
     // sent by `end()` in the one HEADERS frame that ends the stream (node sends writeHead's at once, without it).
-    if (isHttp2Response(this.res) && headers.includes('grpc-status')) setHeaders(this.res, statusCode, headers)
-    else this.res.writeHead(statusCode, headers)
+    if (isHttp2Response(this.res) && headers.includes('grpc-status')) {
+      this.grpcStatus = Number(headers[headers.indexOf('grpc-status') + 1])
+      setHeaders(this.res, statusCode, headers)
+    } else {
+      this.res.writeHead(statusCode, headers)
+    }
     return true
   }
 
@@ -180,7 +186,10 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     this.release()
     this.settled = true
     // Trailers (gRPC's status lives in them): relayed as they came, where the client's protocol can carry them.
-    if (trailers && (!Array.isArray(trailers) || trailers.length > 0)) relayTrailers(this.res, trailers)
+    if (trailers && (!Array.isArray(trailers) || trailers.length > 0)) {
+      const fields = relayTrailers(this.res, trailers)
+      if (fields['grpc-status'] !== undefined) this.grpcStatus = Number(fields['grpc-status'])
+    }
     this.res.end()
     this.done()
   }
@@ -209,7 +218,7 @@ function setHeaders(res: ServerResponse, statusCode: number, list: readonly stri
 }
 
 /** The upstream's trailer fields (raw `[name, value, …]` over HTTP/1.1, an object over HTTP/2) on `res`. */
-function relayTrailers(res: ServerResponse, trailers: Record<string, string | string[]> | string[] | Buffer[]): void {
+function relayTrailers(res: ServerResponse, trailers: Record<string, string | string[]> | string[] | Buffer[]): Record<string, string | string[]> {
   const fields: Record<string, string | string[]> = {}
   let any = false
   if (Array.isArray(trailers)) {
@@ -225,6 +234,7 @@ function relayTrailers(res: ServerResponse, trailers: Record<string, string | st
     }
   }
   if (any) res.addTrailers(fields)
+  return fields
 }
 
 /** `list` (lower-case names) without the names `extra` sets, then `extra`'s. */

@@ -55,8 +55,11 @@ export class Metrics {
 
   // Per request: plain numbers, rendered on scrape (plain.ts).
   readonly requests = new PlainCounter('portcullis_requests_total',
-    'Requests on the proxy path, by route id, method, status code, decision and reason (the error code answered).',
-    ['route', 'method', 'status', 'decision', 'reason'], this.registry)
+    'Requests on the proxy path, by route id, method, status code, decision, reason (the error code answered) and protocol (http1, h2).',
+    ['route', 'method', 'status', 'decision', 'reason', 'protocol'], this.registry)
+  readonly grpcCalls = new PlainCounter('portcullis_grpc_calls_total',
+    'gRPC calls on the proxy path, by route id and the gRPC status they ended with (the upstream\'s, or the gateway\'s refusal).',
+    ['route', 'grpc_status'], this.registry)
   readonly requestDuration = new PlainHistogram('portcullis_request_duration_seconds',
     'Time from the request\'s arrival to the end of the response, by route id.', ['route'], LATENCY_BUCKETS, this.registry)
   readonly authorizationDenials = new PlainCounter('portcullis_authorization_denials_total',
@@ -191,11 +194,17 @@ export class Metrics {
    * One request on the proxy path, at the end of its response: `done.route` ('' before a route matched: `(none)`),
    * `done.decision` and `done.error` (its code, '' when forwarded).
    */
-  observeRequest(done: RequestDone, method: string, status: number, seconds: number): void {
+  observeRequest(done: RequestDone, method: string, status: number, seconds: number, protocol: 'http1' | 'h2' = 'http1'): void {
     const route = done.route || '(none)'
-    // Every label value is bounded (route ids, methods, statuses, decisions, reasons).
-    this.requests.labels(route, METHODS.has(method) ? method : 'OTHER', String(status), done.decision, done.error).value++
+    // Every label value is bounded (route ids, methods, statuses, decisions, reasons, two protocols).
+    this.requests.labels(route, METHODS.has(method) ? method : 'OTHER', String(status), done.decision, done.error, protocol).value++
     this.requestDuration.observe(seconds, route)
+  }
+
+  /** A gRPC call that ended (its status a number 0–16, or `unknown` when none came: the call was cut). */
+  observeGrpcCall(route: string, grpcStatus: number | undefined): void {
+    const status = grpcStatus !== undefined && Number.isInteger(grpcStatus) && grpcStatus >= 0 && grpcStatus <= 16 ? String(grpcStatus) : 'unknown'
+    this.grpcCalls.labels(route || '(none)', status).value++
   }
 
   /** A request refused by a rate limit (labels bounded by the config). */

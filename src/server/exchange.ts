@@ -35,6 +35,8 @@ export interface Outcome {
   rateLimitFields?: string[] | null | undefined
   /** The request's server span, when `tracing` is on. */
   span?: Span | undefined
+  /** A refused gRPC call's status (errors/grpc.ts); a forwarded call's is the upstream's (`forwarding`). */
+  grpcStatus?: number | undefined
 }
 
 /** How the request arrived: each mode runs its own list of stages (src/server/stages.ts). */
@@ -90,7 +92,7 @@ export function openExchange(rt: GatewayRuntime, req: IncomingMessage, res: Serv
   return {
     rt, req, res, mode, described: decision,
     route: '', decision: decision ? 'allowed' : 'forwarded', error: '', detail: undefined, cause: undefined, forwarding: undefined,
-    resourceMetadata: undefined, cors: undefined, rateLimitFields: undefined, span: undefined,
+    resourceMetadata: undefined, cors: undefined, rateLimitFields: undefined, span: undefined, grpcStatus: undefined,
     path: '', query: '', segments: NO_SEGMENTS, rule: UNMATCHED, preflight: false, mcpMessage: false, dpopToken: undefined,
     principal: undefined, body: null, headers: NO_HEADERS, answered: false,
   }

@@ -139,17 +139,22 @@ export interface RequestLine {
   ms: number
   trace_id?: string | undefined
   span_id?: string | undefined
+  /** `h2` for a request over HTTP/2 (server.http2); absent for HTTP/1.1. */
+  protocol?: string | undefined
+  /** A gRPC call's method (its path, `/package.Service/Method`) and the gRPC status it ended with. */
+  grpc_method?: string | undefined
+  grpc_status?: number | undefined
 }
 
 const ascii = (text: string): Uint8Array => Buffer.from(text, 'latin1')
 const LEVEL_TIME = ascii('{"level":30,"time":')
 /** `,"name":` for each field after the request id. */
-const FIELDS = ['route', 'method', 'path', 'status', 'decision', 'error', 'reason', 'ms', 'trace_id', 'span_id'] as const
+const FIELDS = ['route', 'method', 'path', 'status', 'decision', 'error', 'reason', 'ms', 'trace_id', 'span_id', 'protocol', 'grpc_method', 'grpc_status'] as const
 const FIELD = Object.fromEntries(FIELDS.map((name) => [name, ascii(`,"${name}":`)])) as Record<typeof FIELDS[number], Uint8Array>
 const NULL = ascii('null')
 const MESSAGES = { 'request': ascii(',"msg":"request"}\n'), 'request denied': ascii(',"msg":"request denied"}\n') }
 /** The constant bytes of a line with every field, and the most a number takes (`-1.2345678901234567e-300`). */
-const FIXED = LEVEL_TIME.length + FIELDS.reduce((sum, name) => sum + FIELD[name].length, 0) + MESSAGES['request denied'].length + 3 * 24
+const FIXED = LEVEL_TIME.length + FIELDS.reduce((sum, name) => sum + FIELD[name].length, 0) + MESSAGES['request denied'].length + 4 * 24
 /** The most bytes a string of `text.length` UTF-16 units takes in JSON: `\u001f` for each, and the quotes. */
 const most = (text: string | undefined): number => (text === undefined ? 0 : 6 * text.length + 2)
 
@@ -167,6 +172,7 @@ export class RequestLog {
   write(entry: RequestLine, msg: 'request' | 'request denied'): void {
     const size = FIXED + this.bindings.length + (entry.reqId === undefined ? 38 : most(entry.reqId)) + most(entry.route) + most(entry.method)
       + most(entry.path) + most(entry.decision) + most(entry.error) + most(entry.reason) + most(entry.trace_id) + most(entry.span_id)
+      + most(entry.protocol) + most(entry.grpc_method)
     if (size <= HELD_BYTES) {
       const output = this.output
       output.commit(this.format(output.bytes, output.reserve(size), entry, msg))
@@ -194,6 +200,11 @@ export class RequestLog {
     if (entry.trace_id !== undefined && entry.span_id !== undefined) {
       at = writeString(bytes, put(bytes, at, FIELD.trace_id), entry.trace_id)
       at = writeString(bytes, put(bytes, at, FIELD.span_id), entry.span_id)
+    }
+    if (entry.protocol !== undefined) {
+      at = writeString(bytes, put(bytes, at, FIELD.protocol), entry.protocol)
+      if (entry.grpc_method !== undefined) at = writeString(bytes, put(bytes, at, FIELD.grpc_method), entry.grpc_method)
+      if (entry.grpc_status !== undefined) at = writeNumber(bytes, put(bytes, at, FIELD.grpc_status), entry.grpc_status)
     }
     return put(bytes, at, MESSAGES[msg])
   }

@@ -1,6 +1,6 @@
 /** The answer to a refused request: the error noted for the log and metrics, then rendered per RFC 6750 §3. */
 import { HttpVersionNotSupported } from '../errors/oauth-errors.js'
-import { isGrpcRequest } from '../errors/grpc.js'
+import { grpcStatusOf, isGrpcRequest } from '../errors/grpc.js'
 import { renderError } from '../errors/render.js'
 import { refusalCors } from '../cors/response.js'
 import { hasBody } from '../forward/request-body.js'
@@ -12,6 +12,8 @@ export function refuse(ex: Exchange, error: unknown): void {
   const { rt, req } = ex
   const failure = noteFailure(rt, ex, error)
   const res = ex.res!
+  const grpc = isGrpcRequest(req)
+  if (grpc) ex.grpcStatus = grpcStatusOf(failure)
   // A decision's answer never closes the proxy's connection, and carries no CORS: the proxy's client sees the proxy's.
   if (ex.mode === 'decision') return renderError(res, failure, { realm: rt.realm, resource: ex.resourceMetadata })
   // A body we did not read must not be read now (it may be 50 MB): close the connection instead; and a
@@ -21,7 +23,7 @@ export function refuse(ex: Exchange, error: unknown): void {
     close: (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported,
     resource: ex.resourceMetadata,
     cors: rt.cors === null ? undefined : refusalCors(rt.cors, req, ex.cors),
-    grpc: isGrpcRequest(req),
+    grpc,
   })
 }
 

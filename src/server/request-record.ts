@@ -10,7 +10,8 @@ import {
   ClaimsNotSatisfied, BadGateway, GatewayError, GatewayTimeout, InsufficientScope, MissingToken, RateLimited, ServerError, TemporarilyUnavailable,
 } from '../errors/oauth-errors.js'
 import type { Decision } from '../metrics/metrics.js'
-import { endHttpSpan } from '../tracing/tracing.js'
+import { endHttpSpan, type Span } from '../tracing/tracing.js'
+import { isGrpcRequest } from '../errors/grpc.js'
 import { openExchange, type Exchange, type Mode, type Outcome } from './exchange.js'
 import type { GatewayRuntime } from './runtime.js'
 import type { RequestLine } from './log-output.js'
@@ -53,12 +54,19 @@ export function beginRequest(rt: GatewayRuntime, req: IncomingMessage, res: Serv
 export function recordRequest(rt: GatewayRuntime, req: IncomingMessage, res: ServerResponse, outcome: Outcome, seconds: number): void {
   // Not finished: the client went away before the response was complete.
   const status = res.writableFinished ? res.statusCode : 499
-  rt.metrics.observeRequest(outcome, req.method ?? 'GET', status, seconds)
+  // gRPC needs HTTP/2: an HTTP/1.1 request pays one comparison here.
+  const h2 = req.httpVersionMajor === 2
+  const grpc = h2 && isGrpcRequest(req)
+  const grpcStatus = grpc ? outcome.grpcStatus ?? outcome.forwarding?.grpcStatus : undefined
+  rt.metrics.observeRequest(outcome, req.method ?? 'GET', status, seconds, h2 ? 'h2' : 'http1')
+  if (grpc) rt.metrics.observeGrpcCall(outcome.route, grpcStatus)
   const span = outcome.span
   // Read before the span ends: an ended span no longer says it is recording.
   const traced = span !== undefined && span.isRecording() ? span.spanContext() : undefined
   if (span !== undefined) {
     span.setAttribute('portcullis.decision', outcome.decision)
+    if (h2) span.setAttribute('network.protocol.version', '2')
+    if (grpc) setRpcAttributes(span, req.url ?? '', grpcStatus)
     if (outcome.error !== '') span.setAttribute('error.type', outcome.error)
     endHttpSpan(span, status)
   }
@@ -73,6 +81,14 @@ export function recordRequest(rt: GatewayRuntime, req: IncomingMessage, res: Ser
   const entry: RequestLine = {
     reqId: id, route: outcome.route || undefined, method: req.method, path, status, decision: outcome.decision,
     error: undefined, reason: undefined, ms: Math.round(seconds * 100_000) / 100, trace_id: undefined, span_id: undefined,
+    protocol: undefined, grpc_method: undefined, grpc_status: undefined,
+  }
+  if (h2) {
+    entry.protocol = 'h2'
+    if (grpc) {
+      entry.grpc_method = path
+      entry.grpc_status = grpcStatus
+    }
   }
   if (outcome.error !== '') {
     entry.error = outcome.error
@@ -87,6 +103,16 @@ export function recordRequest(rt: GatewayRuntime, req: IncomingMessage, res: Ser
   else if (status < 500) rt.requestLog.write(entry, 'request denied')
   // Our own failure, through pino with its stack: an id of its own made here when the request brought none.
   else rt.log.error({ ...entry, reqId: entry.reqId ?? randomUUID(), err: outcome.cause }, 'request failed')
+}
+
+/** OpenTelemetry's RPC conventions for a gRPC call: `rpc.service`, `rpc.method` from `/package.Service/Method`. */
+function setRpcAttributes(span: Span, url: string, grpcStatus: number | undefined): void {
+  const q = url.indexOf('?')
+  const [, service = '', method = ''] = (q === -1 ? url : url.slice(0, q)).split('/')
+  span.setAttribute('rpc.system', 'grpc')
+  span.setAttribute('rpc.service', service)
+  span.setAttribute('rpc.method', method)
+  if (grpcStatus !== undefined) span.setAttribute('rpc.grpc.status_code', grpcStatus)
 }
 
 /** The error to answer for `error` (a 500 for anything not ours), noted in `outcome` and in the denial metrics. */

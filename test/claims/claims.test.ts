@@ -141,7 +141,7 @@ describe("the README's multi-tenant example", () => {
     const metrics = await scrape(env.metricsUrl)
     expect(valueOf(metrics, 'portcullis_authorization_denials_total', { route: 'tenant-orders', condition: 'claims.all[0]' })).toBeGreaterThanOrEqual(1)
     expect(valueOf(metrics, 'portcullis_requests_total',
-      { route: 'tenant-orders', method: 'GET', status: '403', decision: 'denied', reason: 'access_denied' })).toBeGreaterThanOrEqual(1)
+      { route: 'tenant-orders', method: 'GET', status: '403', decision: 'denied', reason: 'access_denied', protocol: 'http1' })).toBeGreaterThanOrEqual(1)
   })
 
   it('compares the tenant exactly: case, percent-encoding decoded, never a prefix', async () => {

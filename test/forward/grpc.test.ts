@@ -70,6 +70,22 @@ describe('gRPC over cleartext HTTP/2 to a gRPC service', () => {
     expect(service.calls[0]!.metadata['x-auth-subject']).toBe('alice')
   })
 
+  it('the log line and the metrics name the protocol, the method and the gRPC status, the service\'s or the refusal\'s', async ({ onTestFinished }) => {
+    const { client, bearer, gateway } = await setup(onTestFinished)
+    const metadata = await bearer('echo:call')
+    await unary((done) => client.Unary({ text: 'hi' }, metadata, done))
+    await unary((done) => client.Admin({ text: 'hi' }, metadata, done))
+    const lines = gateway.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.route !== undefined)
+    expect(lines.map(({ protocol, grpc_method, grpc_status, status }) => ({ protocol, grpc_method, grpc_status, status }))).toEqual([
+      { protocol: 'h2', grpc_method: '/portcullis.test.Echo/Unary', grpc_status: 0, status: 200 },
+      { protocol: 'h2', grpc_method: '/portcullis.test.Echo/Admin', grpc_status: 7, status: 200 },
+    ])
+    const text = await gateway.app.metrics.registry.metrics()
+    expect(text).toContain('portcullis_grpc_calls_total{route="echo",grpc_status="0"} 1')
+    expect(text).toContain('portcullis_grpc_calls_total{route="admin",grpc_status="7"} 1')
+    expect(text).toMatch(/portcullis_requests_total\{route="admin",method="POST",status="200",decision="denied",reason="insufficient_scope",protocol="h2"\} 1/)
+  })
+
   it('no token: UNAUTHENTICATED with the challenge in its metadata, and the service never called', async ({ onTestFinished }) => {
     const { client, service } = await setup(onTestFinished)
     const { error } = await unary((done) => client.Unary({ text: 'hi' }, new grpc.Metadata(), done))

@@ -133,7 +133,7 @@ const CACHE = 'portcullis_cache_lookups_total'
 const METRIC_NAME = /\bportcullis_[a-z0-9_]*[a-z0-9](?![a-z0-9_*])/g
 
 describe('metrics on the admin listener', () => {
-  it('counts proxied requests by route, method, status, decision and reason, and times them', async () => {
+  it('counts proxied requests by route, method, status, decision, reason and protocol, and times them', async () => {
     const before = await scrape(env.metricsUrl)
     const token = await sign()
     const expired = await sign({}, { expiresIn: -3600 })
@@ -145,7 +145,7 @@ describe('metrics on the admin listener', () => {
     expect(await get('/nowhere/secret-path')).toBe(404)
     const { delta, after } = await settled(before, 6)
     const request = (route: string, status: string, decision: string, reason: string) =>
-      delta(REQUESTS, { route, method: 'GET', status, decision, reason })
+      delta(REQUESTS, { route, method: 'GET', status, decision, reason, protocol: 'http1' })
     expect(request('orders', '200', 'forwarded', '')).toBe(2)
     expect(request('orders', '401', 'denied', 'unauthorized')).toBe(1)
     expect(request('orders', '401', 'denied', 'invalid_token')).toBe(1)
@@ -222,7 +222,7 @@ describe('metrics on the admin listener', () => {
     expect(introspected('unavailable', 'introspection_unavailable')).toBe(1)
     expect(introspected('invalid', 'bad_introspection_response')).toBe(1)
     expect(delta(VALIDATIONS, { issuer: 'unknown', method: 'introspection', result: 'invalid', reason: 'unknown_issuer' })).toBe(1)
-    expect(delta(REQUESTS, { route: 'orders', method: 'GET', status: '503', decision: 'unavailable', reason: 'temporarily_unavailable' })).toBe(1)
+    expect(delta(REQUESTS, { route: 'orders', method: 'GET', status: '503', decision: 'unavailable', reason: 'temporarily_unavailable', protocol: 'http1' })).toBe(1)
     // The second use of the active token, and nothing else, was answered from the cache.
     expect(delta(CACHE, { cache: 'introspection', result: 'hit' })).toBe(1)
     expect(delta(CACHE, { cache: 'introspection', result: 'miss' })).toBe(4)
@@ -325,6 +325,8 @@ describe('metrics on the admin listener', () => {
       status: (value) => /^\d{3}$/.test(value),
       sha256: (value) => /^[0-9a-f]{64}$/.test(value),
       le: (value) => value === '+Inf' || Number.isFinite(Number(value)),
+      protocol: (value) => value === 'http1' || value === 'h2',
+      grpc_status: (value) => value === 'unknown' || (/^\d{1,2}$/.test(value) && Number(value) <= 16),
       // portcullis_authorization_denials_total: the rule that failed, named by its place in the config.
       condition: (value) => /^(mcp\.(tools|prompts|methods)\.[^\s"]+\.)?(scopes\.(all|any)|claims\.any|claims\.all\[\d+\])$/.test(value),
     }
