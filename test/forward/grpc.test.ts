@@ -8,6 +8,7 @@ import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
 import { startGateway, testConfig, type RunningGateway } from '../support/gateway.js'
 import { closedPort } from '../support/upstream.js'
 import { createTestCa } from '../support/tls.js'
+import { startCollector } from '../support/otlp-collector.js'
 import { echoClient, grpc, startGrpcUpstream, unary, type GrpcUpstream, type Note } from '../support/grpc.js'
 
 interface Setup {
@@ -209,6 +210,25 @@ describe('gRPC over cleartext HTTP/2 to a gRPC service', () => {
     expect(status?.code).toBe(grpc.status.UNIMPLEMENTED)
     expect(status?.details).not.toMatch(/unauthorized|invalid_token/)
     expect(service.calls).toHaveLength(0)
+  })
+})
+
+describe('gRPC in a trace', () => {
+  it('the call\'s server span carries OpenTelemetry\'s rpc.* attributes and the HTTP/2 protocol version', async ({ onTestFinished }) => {
+    const collector = await startCollector()
+    onTestFinished(() => collector.close())
+    const { client, bearer } = await setup(onTestFinished, { extra: {
+      tracing: { enabled: true, endpoint: collector.url, sample_ratio: 1, export_delay: '50ms', service_name: 'portcullis-test' },
+    } })
+    const metadata = await bearer('echo:call')
+    await unary((done) => client.Admin({ text: 'hi' }, metadata, done))
+    const deadline = Date.now() + 5000
+    while (!collector.spans.some((span) => span.kind === 2) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25))
+    const server = collector.spans.find((span) => span.kind === 2)
+    expect(server?.attributes).toMatchObject({
+      'rpc.system': 'grpc', 'rpc.service': 'portcullis.test.Echo', 'rpc.method': 'Admin', 'rpc.grpc.status_code': 7,
+      'network.protocol.version': '2', 'http.route': '/portcullis.test.Echo/Admin',
+    })
   })
 })
 

@@ -4,70 +4,16 @@
  * continued, the upstream given the upstream span's), a cache hit, a denied request, an introspection miss
  * and a token grant; and that no token, secret or subject is in any span.
  */
-import http from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { basic, postForm } from '../support/authserver.js'
 import { startAuthServerGateway, testConfig, type RunningGateway } from '../support/gateway.js'
 import { startIntrospectionServer, type TestIntrospectionServer } from '../support/introspection.js'
 import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
 import { startRecordingUpstream, type RecordingUpstream } from '../support/upstream.js'
-
-interface ExportedSpan {
-  traceId: string
-  spanId: string
-  parentSpanId: string
-  name: string
-  kind: number
-  attributes: Record<string, unknown>
-  status: { code?: number }
-}
-
-/** OTLP/JSON ids are hex (the spec); some exporters send base64: both read as hex. */
-function hex(id: unknown): string {
-  if (typeof id !== 'string' || id === '') return ''
-  return /^[0-9a-f]+$/.test(id) ? id : Buffer.from(id, 'base64').toString('hex')
-}
-
-function attributesOf(list: Array<{ key: string; value: Record<string, unknown> }> | undefined): Record<string, unknown> {
-  const out: Record<string, unknown> = {}
-  for (const { key, value } of list ?? []) out[key] = value.stringValue ?? (value.intValue !== undefined ? Number(value.intValue) : undefined) ?? value.boolValue ?? value.doubleValue
-  return out
-}
-
-async function startCollector(): Promise<{ url: string; spans: ExportedSpan[]; bodies: string[]; close(): Promise<void> }> {
-  const spans: ExportedSpan[] = []
-  const bodies: string[] = []
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = []
-    req.on('data', (chunk: Buffer) => chunks.push(chunk))
-    req.on('end', () => {
-      const text = Buffer.concat(chunks).toString('utf8')
-      bodies.push(text)
-      const payload = JSON.parse(text) as { resourceSpans: Array<{ scopeSpans: Array<{ spans: Array<Record<string, unknown>> }> }> }
-      for (const resource of payload.resourceSpans) {
-        for (const scope of resource.scopeSpans) {
-          for (const span of scope.spans) {
-            spans.push({
-              traceId: hex(span.traceId), spanId: hex(span.spanId), parentSpanId: hex(span.parentSpanId), name: span.name as string,
-              kind: span.kind as number, attributes: attributesOf(span.attributes as never), status: (span.status ?? {}) as { code?: number },
-            })
-          }
-        }
-      }
-      res.writeHead(200, { 'content-type': 'application/json' })
-      res.end('{}')
-    })
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`, spans, bodies,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  }
-}
+import { startCollector, type Collector, type ExportedSpan } from '../support/otlp-collector.js'
 
 const SVC = { client_id: 'svc', client_secret: 'svc-secret-0123456789abcdef' }
-let collector: Awaited<ReturnType<typeof startCollector>>
+let collector: Collector
 let upstream: RecordingUpstream
 let issuer: TestIssuer
 let idp: TestIntrospectionServer
