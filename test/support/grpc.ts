@@ -7,7 +7,8 @@ import { fileURLToPath } from 'node:url'
 import * as grpc from '@grpc/grpc-js'
 import * as protoLoader from '@grpc/proto-loader'
 
-const PROTO = path.join(path.dirname(fileURLToPath(import.meta.url)), 'grpc', 'echo.proto')
+// The example's own service definition (examples/grpc/): what the README runs is what the tests call.
+const PROTO = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'examples', 'grpc', 'echo.proto')
 
 export interface Note { text: string }
 
