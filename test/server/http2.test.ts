@@ -144,3 +144,64 @@ describe('HTTP/2 over TLS by ALPN', () => {
     expect(upstream.requests[0]!.headers['x-forwarded-proto']).toBe('https')
   })
 })
+
+/** An HTTP/2 upstream in cleartext (h2c) that records each request's headers and answers with a trailer. */
+async function startH2Upstream(onTestFinished: TestContext['onTestFinished']): Promise<{ url: string; requests: http2.IncomingHttpHeaders[] }> {
+  const requests: http2.IncomingHttpHeaders[] = []
+  const server = http2.createServer()
+  server.on('stream', (stream, headers) => {
+    requests.push(headers)
+    stream.resume()
+    stream.on('end', () => {
+      stream.respond({ ':status': 200, 'content-type': 'text/plain' }, { waitForTrailers: true })
+      stream.on('wantTrailers', () => stream.sendTrailers({ 'x-checksum': 'abc123' }))
+      stream.end('from h2')
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  onTestFinished(() => new Promise<void>((resolve) => server.close(() => resolve())))
+  return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, requests }
+}
+
+describe('to an HTTP/2 upstream (upstreams.<name>.http2)', () => {
+  it('an HTTP/1.1 client\'s connection-specific fields are not sent (RFC 9113 §8.2.2), TE only as trailers; trailers come back', async ({ onTestFinished }) => {
+    const h2 = await startH2Upstream(onTestFinished)
+    const issuer = await startTestIssuer()
+    onTestFinished(() => issuer.close())
+    const gateway = await startGateway(testConfig({ upstream: h2, upstreamExtra: { http2: true }, issuer }))
+    onTestFinished(() => gateway.close())
+    const token = await issuer.sign({ scope: 'orders:read', sub: 'alice' })
+    // curl over HTTP/1.1 sends what an HTTP/2 request must not carry: Connection and what it names, Keep-Alive, TE.
+    const answer = await curl(['--http1.1', '--raw', '-H', `authorization: Bearer ${token}`, '-H', 'connection: keep-alive, x-hop',
+      '-H', 'x-hop: 1', '-H', 'keep-alive: timeout=5', '-H', 'te: trailers', '-H', 'x-kept: yes', `http://127.0.0.1:${gateway.port}/orders/1`])
+    expect(answer.status).toBe(200)
+    expect(answer.body).toContain('from h2')
+    expect(h2.requests).toHaveLength(1)
+    const seen = h2.requests[0]!
+    for (const name of ['connection', 'keep-alive', 'x-hop', 'upgrade', 'transfer-encoding', 'proxy-connection']) expect(seen[name], name).toBeUndefined()
+    expect(seen.te).toBe('trailers')
+    expect(seen['x-kept']).toBe('yes')
+    expect(seen['x-auth-subject']).toBe('alice')
+    // Chunked to the HTTP/1.1 client, the upstream's trailer after the body.
+    expect(answer.body).toMatch(/x-checksum: abc123/i)
+  })
+
+  it('an HTTP/2 client through to an HTTP/2 upstream: the trailer arrives as an HTTP/2 trailer', async ({ onTestFinished }) => {
+    const h2 = await startH2Upstream(onTestFinished)
+    const issuer = await startTestIssuer()
+    onTestFinished(() => issuer.close())
+    const gateway = await startGateway(testConfig({ upstream: h2, upstreamExtra: { http2: true }, issuer, server: { http2: { cleartext: true } } }))
+    onTestFinished(() => gateway.close())
+    const token = await issuer.sign({ scope: 'orders:read', sub: 'alice' })
+    const trailers = await new Promise<http2.IncomingHttpHeaders>((resolve, reject) => {
+      const session = http2.connect(`http://127.0.0.1:${gateway.port}`)
+      const stream = session.request({ ':path': '/orders/1', authorization: `Bearer ${token}`, te: 'trailers' })
+      stream.on('trailers', (fields) => { session.close(); resolve(fields) })
+      stream.on('error', reject)
+      stream.resume()
+    })
+    expect(trailers['x-checksum']).toBe('abc123')
+    expect(h2.requests[0]!.te).toBe('trailers')
+  })
+})
+
