@@ -48,3 +48,19 @@ server {
   writeFileSync(file, wrap(dir, http))
   return file
 }
+
+/**
+ * nginx as a gRPC proxy (bench/grpc.mjs): h2c in, `grpc_pass` to the service's h2c, no auth: the C reference for a
+ * gRPC call through a proxy. Writes the config into `dir` and returns its path.
+ */
+export function grpcNginxConfig(dir, { port, upstream }) {
+  const http = `
+upstream grpc_service { server ${upstream}; keepalive 64; keepalive_requests 100000; }
+server {
+  listen 127.0.0.1:${port} http2;
+  location / { grpc_pass grpc://grpc_service; }
+}`
+  const file = path.join(dir, 'nginx.conf')
+  writeFileSync(file, wrap(dir, http))
+  return file
+}

@@ -43,6 +43,9 @@
 //   d@2000
 //   i         memory of the token caches with `entries` tokens each, and their bound (bench/memory.mjs)
 //
+// gRPC and HTTP/2 (unary calls direct, through Portcullis and through nginx's grpc_pass; (d) over h2c against
+// HTTP/1.1) are measured by the sibling script bench/grpc.mjs (`npm run bench:grpc`), in one run of their own.
+//
 // Method (as ../shared/reference/performance-baselines.md): everything on 127.0.0.1, ports from the OS. The
 // process under test is pinned to CPU 0; this process (the load generator, autocannon) and the upstream and
 // introspection servers to CPU 1, when taskset exists. Portcullis runs with the node arguments it ships with

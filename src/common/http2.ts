@@ -10,3 +10,13 @@ export function isHttp2Request(req: IncomingMessage): boolean {
 export function isHttp2Response(res: ServerResponse): boolean {
   return (res as ServerResponse & { stream?: unknown }).stream !== undefined
 }
+
+/**
+ * The client can no longer be answered: the response (HTTP/1.1) or its stream (HTTP/2, reset by the client or
+ * closed with its connection) is destroyed. node's HTTP/2 response has no `destroyed` of its own.
+ */
+export function responseGone(res: ServerResponse): boolean {
+  if (res.destroyed) return true
+  const stream = (res as ServerResponse & { stream?: { destroyed: boolean } }).stream
+  return stream !== undefined && stream.destroyed
+}

@@ -9,7 +9,8 @@ import { buildConnector, Pool, type Dispatcher } from 'undici'
 import type { UpstreamConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { BadGateway, GatewayError, GatewayTimeout, RequestTooLarge, TemporarilyUnavailable } from '../errors/oauth-errors.js'
-import { isHttp2Response } from '../common/http2.js'
+import { isHttp2Response, responseGone } from '../common/http2.js'
+import { relayTrailers, setHeaders, withHeaders } from './relay-fields.js'
 import { responseHeaderList } from './response-headers.js'
 import type { HeaderList } from './upstream-headers.js'
 import type { CorsAnswer } from '../cors/policy.js'
@@ -143,7 +144,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     // The client may have left while the request waited (its token validated, its body read, a connection
     // free): 'close' came before there was anything to abort, and nothing must be written to it now. Or it
     // waited too long and has been answered 503.
-    if (this.res.destroyed || this.settled) abort(new ClientGone())
+    if (this.settled || responseGone(this.res)) abort(new ClientGone())
     else this.abort = abort
   }
 
@@ -167,7 +168,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   onData(chunk: Buffer): boolean {
     if (this.res.write(chunk)) return true
     // A destroyed response never drains: abort instead of waiting for it.
-    if (this.res.destroyed) {
+    if (responseGone(this.res)) {
       this.abort?.(new ClientGone())
       return false
     }
@@ -203,49 +204,6 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     // Out of undici's call stack: the caller answers the client, which must not run inside the pool's loop.
     queueMicrotask(() => this.done(error))
   }
-}
-
-/** `[name, value, …]` set on `res` to be sent with its first write (or its end). */
-function setHeaders(res: ServerResponse, statusCode: number, list: readonly string[]): void {
-  res.statusCode = statusCode
-  const fields: Record<string, string | string[]> = {}
-  for (let i = 0; i < list.length; i += 2) {
-    const name = list[i]!
-    const prior = fields[name]
-    fields[name] = prior === undefined ? list[i + 1]! : [...(Array.isArray(prior) ? prior : [prior]), list[i + 1]!]
-  }
-  for (const name in fields) res.setHeader(name, fields[name]!)
-}
-
-/** The upstream's trailer fields (raw `[name, value, …]` over HTTP/1.1, an object over HTTP/2) on `res`. */
-function relayTrailers(res: ServerResponse, trailers: Record<string, string | string[]> | string[] | Buffer[]): Record<string, string | string[]> {
-  const fields: Record<string, string | string[]> = {}
-  let any = false
-  if (Array.isArray(trailers)) {
-    for (let i = 0; i + 1 < trailers.length; i += 2) {
-      fields[trailers[i]!.toString().toLowerCase()] = trailers[i + 1]!.toString()
-      any = true
-    }
-  } else {
-    for (const name in trailers) {
-      if (name.charCodeAt(0) === 58) continue
-      fields[name] = trailers[name]!
-      any = true
-    }
-  }
-  if (any) res.addTrailers(fields)
-  return fields
-}
-
-/** `list` (lower-case names) without the names `extra` sets, then `extra`'s. */
-function withHeaders(list: readonly string[], extra: readonly string[]): string[] {
-  const out: string[] = []
-  for (let i = 0; i < list.length; i += 2) {
-    if (extra.includes(list[i]!)) continue
-    out.push(list[i]!, list[i + 1]!)
-  }
-  for (const value of extra) out.push(value)
-  return out
 }
 
 /** What forwarding reads of a request on its way (the gateway's per-request exchange has it all). */

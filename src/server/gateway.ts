@@ -25,7 +25,7 @@ import { buildRuntime, closeRuntime, type RuntimeDependencies } from './runtime.
 import { setTracing, tracing, Tracing } from '../tracing/tracing.js'
 import { DecisionEndpoint } from './decision.js'
 import { createDecisionServer } from './decision-listener.js'
-import { http2Limits } from './http2.js'
+import { http2Limits, refusedOversized } from './http2.js'
 import { createListener } from './listener.js'
 import { LogOutput, RequestLog } from './log-output.js'
 import { bufferedStdout, REDACTED_PATHS, RedactingLogController, serializeRequest } from './log-redaction.js'
@@ -124,6 +124,8 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
     logController: new RedactingLogController(),
     serverFactory: (fastifyHandler) => {
       const handler = (req: http.IncomingMessage, res: http.ServerResponse, expectsContinue = false) => {
+        // HTTP/1.1's head is bounded by node's parser; an HTTP/2 header list here (http2.ts).
+        if (req.httpVersionMajor === 2 && refusedOversized(req, res, maxHeaderSize)) return
         const url = req.url ?? ''
         const q = url.indexOf('?')
         if (fastifyPaths.size > 0 && fastifyPaths.has(q === -1 ? url : url.slice(0, q))) {

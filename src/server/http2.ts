@@ -19,6 +19,9 @@ import type { SecureServerOptions } from 'node:http2'
 import { giveBearerSlot } from '../authn/bearer.js'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
+import { HeadersTooLarge } from '../errors/oauth-errors.js'
+import { isGrpcRequest } from '../errors/grpc.js'
+import { renderError } from '../errors/render.js'
 
 export interface Http2Limits {
   /** `server.http2.enabled`: h2 by ALPN on the TLS listener. */
@@ -40,6 +43,21 @@ export function http2Limits(config: GatewayConfig): Http2Limits {
     maxConcurrentStreams: section?.max_concurrent_streams ?? 100,
     idleMs: parseDuration(section?.idle_timeout ?? '60s'),
   }
+}
+
+/**
+ * `server.max_header_size` on an HTTP/2 request, as RFC 9113 §6.5.2 counts a header list (each field's name and
+ * value and 32), pseudo-headers included. nghttp2 holds a client to SETTINGS_MAX_HEADER_LIST_SIZE only once the
+ * client has acknowledged it; a request sent with the connection preface would otherwise get past it. Answered
+ * 431 (a gRPC call: RESOURCE_EXHAUSTED), never forwarded.
+ */
+export function refusedOversized(req: http.IncomingMessage, res: http.ServerResponse, maxHeaderSize: number): boolean {
+  const raw = req.rawHeaders
+  let size = 0
+  for (let i = 0; i < raw.length; i += 2) size += raw[i]!.length + raw[i + 1]!.length + 32
+  if (size <= maxHeaderSize) return false
+  renderError(res, new HeadersTooLarge(), { realm: '', grpc: isGrpcRequest(req) })
+  return true
 }
 
 /** The connection preface every HTTP/2 client sends first (RFC 9113 §3.4). */
@@ -121,6 +139,8 @@ export function createCleartextH2(server: http.Server, maxHeaderSize: number, li
         return
       }
       (socket as Socket & { [H2_SOCKET]?: true })[H2_SOCKET] = true
+      // As node's HTTP/1.1 server does for its sockets: a small frame (a gRPC answer) is not held back by Nagle.
+      socket.setNoDelay(true)
       giveBearerSlot(socket)
       // Accepted by the HTTP/1.1 server, the socket allows half-open connections; an HTTP/2 session does not, and
       // ends its side when the client has ended its own (as node's HTTP/2 server's sockets do).

@@ -36,8 +36,11 @@ describe.skipIf(chromiumSkipReason !== undefined)(`Chromium over HTTPS negotiate
       const allowed = await fetch('/api/orders/1', { headers: { authorization: `Bearer ${bearer}` } })
       const refused = await fetch('/api/orders/2')
       await Promise.all([allowed.text(), refused.text()])
-      const entries = performance.getEntriesByType('resource') as PerformanceResourceTiming[]
-      const navigationEntry = performance.getEntriesByType('navigation')[0] as PerformanceNavigationTiming
+      // Resource and navigation timings (the page's, not node's types: this function runs in Chromium).
+      type Timing = { name: string; nextHopProtocol: string }
+      const byType = performance.getEntriesByType.bind(performance) as unknown as (type: string) => Timing[]
+      const entries = byType('resource')
+      const navigationEntry = byType('navigation')[0]!
       return {
         navigation: navigationEntry.nextHopProtocol,
         fetches: entries.filter((entry) => entry.name.includes('/api/')).map((entry) => entry.nextHopProtocol),

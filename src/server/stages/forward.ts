@@ -8,6 +8,7 @@ import { hasBody, requestBody } from '../../forward/request-body.js'
 import { buildUpstreamHeaders, setInList, type HeaderList } from '../../forward/upstream-headers.js'
 import { authorizedMcpBody } from '../../mcp/request.js'
 import { endHttpSpan, SpanKind, tracing, type Span } from '../../tracing/tracing.js'
+import { responseGone } from '../../common/http2.js'
 import type { Exchange } from '../exchange.js'
 import { refuse } from '../refuse.js'
 
@@ -74,7 +75,7 @@ export function forward(ex: Exchange): Promise<void> | undefined {
   if (upstream.echo) return echoRequest(res, ex)
   // Gone while its token was validated or its body read: nothing to send, and no upstream connection to
   // spend (undici's abort would close the one it had picked).
-  if (res.destroyed) throw forwardingFailure(new ClientGone(), req, upstream)
+  if (responseGone(res)) throw forwardingFailure(new ClientGone(), req, upstream)
   const sent = performance.now()
   let upstreamSpan: Span | undefined
   if (ex.span !== undefined) {
