@@ -1,6 +1,6 @@
 /** The only writer of error responses: JSON body `{error, error_description}` plus the RFC 6750 challenge. */
 import type { ServerResponse } from 'node:http'
-import { isHttp2Response } from '../common/http2.js'
+import { isHttp2Response, resetWhenAnswered } from '../common/http2.js'
 import { renderGrpcError } from './grpc.js'
 import { DpopRefused, GatewayError, HeadersTooLarge, InsufficientScope, MalformedRequest, MethodNotAllowed, MissingToken, RateLimited, TemporarilyUnavailable } from './oauth-errors.js'
 
@@ -88,8 +88,11 @@ export function renderError(res: ServerResponse, error: GatewayError, refusal: R
   if (refusal.grpc) return renderGrpcError(res, error, headers)
   const body = errorBody(error)
   headers['content-length'] = String(Buffer.byteLength(body))
-  // RFC 9113 §8.2.2: HTTP/2 has no Connection field; ending the response resets what is left of the stream.
-  if (refusal.close && !isHttp2Response(res)) headers.connection = 'close'
+  if (refusal.close) {
+    // RFC 9113 §8.2.2: HTTP/2 has no Connection field; the stream alone ends, reset once answered.
+    if (isHttp2Response(res)) resetWhenAnswered(res)
+    else headers.connection = 'close'
+  }
   res.writeHead(error.status, headers)
   res.end(body)
 }

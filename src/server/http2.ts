@@ -139,8 +139,6 @@ export function createCleartextH2(server: http.Server, maxHeaderSize: number, li
         return
       }
       (socket as Socket & { [H2_SOCKET]?: true })[H2_SOCKET] = true
-      // As node's HTTP/1.1 server does for its sockets: a small frame (a gRPC answer) is not held back by Nagle.
-      socket.setNoDelay(true)
       giveBearerSlot(socket)
       // Accepted by the HTTP/1.1 server, the socket allows half-open connections; an HTTP/2 session does not, and
       // ends its side when the client has ended its own (as node's HTTP/2 server's sockets do).

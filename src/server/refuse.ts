@@ -4,6 +4,7 @@ import { grpcStatusOf, isGrpcRequest } from '../errors/grpc.js'
 import { renderError } from '../errors/render.js'
 import { refusalCors } from '../cors/response.js'
 import { hasBody } from '../forward/request-body.js'
+import { isHttp2Request } from '../common/http2.js'
 import { runStages, type Exchange, type Stage } from './exchange.js'
 import { noteFailure } from './request-record.js'
 import { tracing } from '../tracing/tracing.js'
@@ -16,11 +17,14 @@ export function refuse(ex: Exchange, error: unknown): void {
   if (grpc) ex.grpcStatus = grpcStatusOf(failure)
   // A decision's answer never closes the proxy's connection, and carries no CORS: the proxy's client sees the proxy's.
   if (ex.mode === 'decision') return renderError(res, failure, { realm: rt.realm, resource: ex.resourceMetadata })
-  // A body we did not read must not be read now (it may be 50 MB): close the connection instead; and a
-  // client that spoke another HTTP version gets nothing more on this one.
+  // A body we did not read must not be read now (it may be 50 MB): close the connection instead (HTTP/2: reset the
+  // stream once answered, its DATA discarded meanwhile: a paused stream would stop node reading the whole
+  // connection); and a client that spoke another HTTP version gets nothing more on this one.
+  const unread = hasBody(req) && !req.readableEnded
+  if (unread && isHttp2Request(req)) req.resume()
   renderError(res, failure, {
     realm: rt.realm,
-    close: (hasBody(req) && !req.readableEnded) || failure instanceof HttpVersionNotSupported,
+    close: unread || failure instanceof HttpVersionNotSupported,
     resource: ex.resourceMetadata,
     cors: rt.cors === null ? undefined : refusalCors(rt.cors, req, ex.cors),
     grpc,

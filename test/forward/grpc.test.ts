@@ -27,11 +27,12 @@ const ROUTES = [
   { id: 'admin', path: '/portcullis.test.Echo/Admin', upstream: 'main', scopes: { all: ['echo:admin'] } },
 ]
 
-async function setup(onTestFinished: TestContext['onTestFinished'], options: { upstreamUrl?: string; extra?: Record<string, unknown> } = {}): Promise<Setup> {
+async function setup(onTestFinished: TestContext['onTestFinished'],
+  options: { upstreamUrl?: string; upstreamExtra?: Record<string, unknown>; extra?: Record<string, unknown> } = {}): Promise<Setup> {
   const [service, issuer] = await Promise.all([startGrpcUpstream({ intervalMs: 20 }), startTestIssuer()])
   const config = testConfig({
     upstream: { url: options.upstreamUrl ?? service.url },
-    upstreamExtra: { http2: true },
+    upstreamExtra: { http2: true, ...options.upstreamExtra },
     issuer,
     routes: ROUTES,
     server: { http2: { cleartext: true } },
@@ -210,6 +211,28 @@ describe('gRPC over cleartext HTTP/2 to a gRPC service', () => {
     expect(status?.code).toBe(grpc.status.UNIMPLEMENTED)
     expect(status?.details).not.toMatch(/unauthorized|invalid_token/)
     expect(service.calls).toHaveLength(0)
+  })
+})
+
+describe('to a gRPC service over TLS', () => {
+  it('h2 by ALPN to an https upstream whose certificate chains to ca_file: the call is answered; an unknown CA is UNAVAILABLE', async ({ onTestFinished }) => {
+    const ca = createTestCa()
+    onTestFinished(() => ca.remove())
+    const cert = ca.issue('service', ['IP:127.0.0.1'])
+    const tlsService = await startGrpcUpstream({
+      credentials: grpc.ServerCredentials.createSsl(null, [{ private_key: Buffer.from(cert.key), cert_chain: Buffer.from(cert.cert) }], false),
+    })
+    onTestFinished(() => tlsService.close())
+    expect(tlsService.url).toMatch(/^https:/)
+    const { client, bearer } = await setup(onTestFinished, { upstreamUrl: tlsService.url, upstreamExtra: { ca_file: ca.caFile } })
+    const metadata = await bearer('echo:call')
+    expect((await unary((done) => client.Unary({ text: 'over tls' }, metadata, done))).note).toEqual({ text: 'echo: over tls' })
+    expect(tlsService.calls.map((call) => call.method)).toEqual(['Unary'])
+    // Certificate verification stays on: without the private CA the service is not trusted, and nothing is sent.
+    const untrusted = await setup(onTestFinished, { upstreamUrl: tlsService.url })
+    const refused = await unary(async (done) => untrusted.client.Unary({ text: 'x' }, await untrusted.bearer('echo:call'), done))
+    expect(refused.error?.code).toBe(grpc.status.UNAVAILABLE)
+    expect(tlsService.calls).toHaveLength(1)
   })
 })
 

@@ -8,7 +8,7 @@ import http2 from 'node:http2'
 import { promisify } from 'node:util'
 import { describe, expect, it, type TestContext } from 'vitest'
 import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
-import { startGateway, testConfig, type RunningGateway } from '../support/gateway.js'
+import { startAuthServerGateway, startGateway, testConfig, type RunningGateway } from '../support/gateway.js'
 import { startRecordingUpstream, type RecordingUpstream } from '../support/upstream.js'
 import { createTestCa, type TestCa } from '../support/tls.js'
 
@@ -127,6 +127,77 @@ describe('HTTP/2 in cleartext with prior knowledge (server.http2.cleartext)', ()
   })
 })
 
+describe('the body limits of HTTP/1.1 hold on HTTP/2', () => {
+  /** A POST on a fresh session, its body written in `parts` `gapMs` apart (no content-length: DATA frames only). */
+  function post(url: string, authorization: string, parts: readonly string[], gapMs: number): Promise<{ status: number; body: string }> {
+    return new Promise((resolve, reject) => {
+      const session = http2.connect(url)
+      session.on('error', () => {})
+      const stream = session.request({ ':method': 'POST', ':path': '/orders', authorization, 'content-type': 'text/plain' })
+      let status = 0
+      let body = ''
+      stream.setEncoding('utf8')
+      stream.on('response', (headers) => { status = Number(headers[':status']) })
+      stream.on('data', (chunk: string) => { body += chunk })
+      stream.on('close', () => { session.destroy(); resolve({ status, body }) })
+      stream.on('error', () => {})
+      void (async () => {
+        for (const [i, part] of parts.entries()) {
+          if (i > 0) await new Promise((resolve) => setTimeout(resolve, gapMs))
+          if (stream.destroyed) return
+          stream.write(part)
+        }
+        stream.end()
+      })().catch(reject)
+    })
+  }
+
+  it('a body past max_body_size is 413, one that pauses past body_timeout 408; neither reaches the upstream', async ({ onTestFinished }) => {
+    const { upstream, gateway, authorization } = await setup(onTestFinished,
+      { http2: { cleartext: true }, max_body_size: '1kb', body_timeout: '300ms' })
+    const url = `http://127.0.0.1:${gateway.port}`
+    const large = await post(url, authorization, ['x'.repeat(800), 'y'.repeat(800)], 10)
+    expect(large.status).toBe(413)
+    expect(JSON.parse(large.body)).toMatchObject({ error: 'request_too_large' })
+    const slow = await post(url, authorization, ['first', 'too late'], 1200)
+    expect(slow.status).toBe(408)
+    expect(upstream.requests).toHaveLength(0)
+    // A body within both is forwarded whole.
+    expect((await post(url, authorization, ['a'.repeat(500), 'b'.repeat(400)], 50)).status).toBe(200)
+    expect(upstream.requests.map((request) => request.bodyBytes)).toEqual([900])
+  })
+
+  it('a refused request whose body was left unread: the other streams are served, and the connection ends when the client goes', async ({ onTestFinished }) => {
+    const { upstream, gateway, authorization } = await setup(onTestFinished, { http2: { cleartext: true }, body_timeout: '300ms' })
+    const session = http2.connect(`http://127.0.0.1:${gateway.port}`)
+    onTestFinished(() => { session.destroy() })
+    const status = (stream: http2.ClientHttp2Stream) => new Promise<number>((resolve) => {
+      stream.on('response', (headers) => resolve(Number(headers[':status'])))
+      stream.on('error', () => resolve(0))
+      stream.resume()
+    })
+    // A body that stops: refused 408 while the client still has it open, and keeps sending after.
+    const slow = session.request({ ':method': 'POST', ':path': '/orders', authorization, 'content-type': 'text/plain' })
+    slow.write('first')
+    expect(await status(slow)).toBe(408)
+    if (!slow.destroyed) slow.write('x'.repeat(32_000))
+    // The next stream on the same connection is served: node reads the connection on.
+    const next = session.request({ ':path': '/orders/2', authorization }, { endStream: true })
+    expect(await status(next)).toBe(200)
+    expect(upstream.requests.map((request) => request.url)).toEqual(['/orders/2'])
+    // A stream left paused with DATA in it would keep node from reading the connection's end: it would never close.
+    session.destroy()
+    const server = gateway.app.server
+    const deadline = Date.now() + 2000
+    let open = 1
+    while (open > 0 && Date.now() < deadline) {
+      open = await new Promise<number>((resolve) => server.getConnections((_error, count) => resolve(count)))
+      if (open > 0) await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    expect(open).toBe(0)
+  })
+})
+
 describe('HTTP/2 over TLS by ALPN', () => {
   let ca: TestCa
   it('curl --http2 negotiates h2 and is forwarded; curl --http1.1 on the same listener gets HTTP/1.1', async ({ onTestFinished }) => {
@@ -202,6 +273,40 @@ describe('to an HTTP/2 upstream (upstreams.<name>.http2)', () => {
     })
     expect(trailers['x-checksum']).toBe('abc123')
     expect(h2.requests[0]!.te).toBe('trailers')
+  })
+})
+
+describe('the embedded authorization server over HTTP/2', () => {
+  it('discovery and a client_credentials grant over h2c, then the token used on the same connection', async ({ onTestFinished }) => {
+    const gateway = await startAuthServerGateway(
+      { clients: [{ client_id: 'svc', client_secret: 'svc-secret-0123456789abcdef', grant_types: ['client_credentials'], scopes: ['read'] }] },
+      { server: { http2: { cleartext: true } }, routes: [{ id: 'api', path: '/api/**', upstream: 'echo', scopes: { all: ['read'] } }] })
+    onTestFinished(() => gateway.close())
+    const session = http2.connect(gateway.issuer)
+    onTestFinished(() => { session.destroy() })
+    const call = (headers: http2.OutgoingHttpHeaders, body?: string) => new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const stream = session.request(headers, { endStream: body === undefined })
+      let status = 0
+      let text = ''
+      stream.setEncoding('utf8')
+      stream.on('response', (h) => { status = Number(h[':status']) })
+      stream.on('data', (chunk: string) => { text += chunk })
+      stream.on('end', () => resolve({ status, body: text }))
+      stream.on('error', reject)
+      if (body !== undefined) stream.end(body)
+    })
+    const discovery = await call({ ':path': '/.well-known/oauth-authorization-server' })
+    expect(discovery.status).toBe(200)
+    expect(JSON.parse(discovery.body)).toMatchObject({ issuer: gateway.issuer })
+    const grant = await call({
+      ':method': 'POST', ':path': '/token', 'content-type': 'application/x-www-form-urlencoded',
+      authorization: `Basic ${Buffer.from('svc:svc-secret-0123456789abcdef').toString('base64')}`,
+    }, 'grant_type=client_credentials&scope=read')
+    expect(grant.status).toBe(200)
+    const { access_token: token } = JSON.parse(grant.body) as { access_token: string }
+    const api = await call({ ':path': '/api/orders/1', authorization: `Bearer ${token}` })
+    expect(api.status).toBe(200)
+    expect(JSON.parse(api.body)).toMatchObject({ path: '/api/orders/1' })
   })
 })
 
