@@ -256,7 +256,7 @@ describe('gRPC in a trace', () => {
 })
 
 describe('gRPC over TLS (h2 by ALPN) with call credentials', () => {
-  it('the token from call credentials is checked as any Bearer token: allowed, then UNAUTHENTICATED without it', async ({ onTestFinished }) => {
+  it('the token from call credentials is checked as any Bearer token: unary and streams allowed, UNAUTHENTICATED without it, PERMISSION_DENIED past its scopes', async ({ onTestFinished }) => {
     const ca = createTestCa()
     onTestFinished(() => ca.remove())
     const cert = ca.issue('gateway', ['DNS:localhost', 'IP:127.0.0.1'])
@@ -279,6 +279,16 @@ describe('gRPC over TLS (h2 by ALPN) with call credentials', () => {
     onTestFinished(() => { client.close(); anonymous.close() })
     expect((await unary((done) => client.Unary({ text: 'tls' }, new grpc.Metadata(), done))).note).toEqual({ text: 'echo: tls' })
     expect((await unary((done) => anonymous.Unary({ text: 'tls' }, new grpc.Metadata(), done))).error?.code).toBe(grpc.status.UNAUTHENTICATED)
-    expect(service.calls).toHaveLength(1)
+    expect((await unary((done) => client.Admin({ text: 'tls' }, new grpc.Metadata(), done))).error?.code).toBe(grpc.status.PERMISSION_DENIED)
+    // Streams with the call credentials' token: server streaming and bidirectional.
+    expect(await collect<Note>(client.Countdown({ text: '3' }, new grpc.Metadata()))).toEqual({ messages: [{ text: '3' }, { text: '2' }, { text: '1' }] })
+    const chat = client.Chat(new grpc.Metadata())
+    const answer = new Promise<string>((resolve) => chat.once('data', (note: Note) => resolve(note.text)))
+    chat.write({ text: 'over tls' })
+    expect(await answer).toBe('re: over tls')
+    chat.end()
+    await new Promise((resolve) => chat.on('status', resolve))
+    expect(service.calls.map((call) => call.method)).toEqual(['Unary', 'Countdown', 'Chat'])
+    expect(service.calls.every((call) => call.metadata['x-auth-subject'] !== undefined)).toBe(true)
   })
 })
