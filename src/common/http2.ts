@@ -1,6 +1,5 @@
 /** What a request or response of node's HTTP/2 compatibility API has that an HTTP/1.1 one has not. */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { constants } from 'node:http2'
 
 /** A request of the HTTP/2 server (server.http2): it carries its stream; an HTTP/1.1 request has none. */
 export function isHttp2Request(req: IncomingMessage): boolean {
@@ -26,7 +25,10 @@ export function responseGone(res: ServerResponse): boolean {
  * Once the response is sent, the stream is reset with NO_ERROR (RFC 9113 §8.1: the client stops sending the body):
  * a body left unread would otherwise sit in a paused stream, and node stops reading the whole connection for it.
  */
+/** RFC 9113 §7: NO_ERROR (node:http2's `constants.NGHTTP2_NO_ERROR`; this module loads nothing of node:http2). */
+const NO_ERROR = 0
+
 export function resetWhenAnswered(res: ServerResponse): void {
   const stream = (res as ServerResponse & { stream: { close(code: number): void; destroyed: boolean } }).stream
-  res.once('finish', () => { if (!stream.destroyed) stream.close(constants.NGHTTP2_NO_ERROR) })
+  res.once('finish', () => { if (!stream.destroyed) stream.close(NO_ERROR) })
 }
