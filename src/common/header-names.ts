@@ -51,3 +51,16 @@ export function connectionListed(connection: string | string[] | undefined): Set
   const names = (Array.isArray(connection) ? connection.join(',') : connection).toLowerCase().split(',')
   return new Set(names.map((name) => name.trim()))
 }
+
+/**
+ * `text` safe in a header value: printable ASCII as it is, `%` and every other byte (of its UTF-8) as `%XX` — gRPC's
+ * Percent-Encoding of `grpc-message`, and how a certificate subject is forwarded.
+ */
+export function percentEncoded(text: string): string {
+  if (/^[\x20-\x24\x26-\x7e]*$/.test(text)) return text
+  let out = ''
+  for (const byte of Buffer.from(text, 'utf8')) {
+    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`
+  }
+  return out
+}

@@ -4,6 +4,7 @@
  * challenge (`www-authenticate`), `retry-after` and the RateLimit fields are sent as for any refusal.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { percentEncoded } from '../common/header-names.js'
 import type { GatewayError } from './base.js'
 
 /** gRPC status codes (grpc/doc/statuscodes.md) a refusal can carry. */
@@ -41,16 +42,6 @@ export function grpcStatusOf(error: GatewayError): number {
   }
 }
 
-/** gRPC's Percent-Encoding of `grpc-message`: bytes outside 0x20–0x7E, and `%`, as %XX of their UTF-8. */
-export function grpcMessage(text: string): string {
-  if (/^[\x20-\x24\x26-\x7e]*$/.test(text)) return text
-  let out = ''
-  for (const byte of Buffer.from(text, 'utf8')) {
-    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`
-  }
-  return out
-}
-
 /**
  * Writes `headers` (the refusal's own: challenge, Retry-After, …) with the gRPC status as a trailers-only
  * response. Set, then ended with no body: node sends them in the one HEADERS frame that ends the stream.
@@ -63,6 +54,6 @@ export function renderGrpcError(res: ServerResponse, error: GatewayError, header
   }
   res.setHeader('content-type', 'application/grpc')
   res.setHeader('grpc-status', String(grpcStatusOf(error)))
-  res.setHeader('grpc-message', grpcMessage(`${error.code}: ${error.description}`))
+  res.setHeader('grpc-message', percentEncoded(`${error.code}: ${error.description}`))
   res.end()
 }

@@ -9,7 +9,7 @@ import type { ClaimHeader } from '../claims/headers.js'
 import { readClaim } from '../claims/path.js'
 import { GATEWAY_COOKIES } from '../common/token-formats.js'
 import { InvalidToken } from '../errors/oauth-errors.js'
-import { connectionListed } from '../common/header-names.js'
+import { connectionListed, percentEncoded } from '../common/header-names.js'
 import { peerCertificate } from '../common/client-certificate.js'
 import type { HeaderPolicy } from './header-policy.js'
 export { DEFAULT_IDENTITY_HEADERS, reservedHeaderNames, STRIPPED_HEADERS } from '../common/header-names.js'
@@ -159,18 +159,8 @@ export function buildUpstreamHeaders(req: IncomingMessage, principal: Principal 
     // RFC 8705: the subject of the certificate the bind stage matched, where the operator asks for it.
     if (principal.x5t !== undefined && policy.clientCertificate !== null) {
       const peer = peerCertificate(socket)
-      if (peer !== undefined) out.push(policy.clientCertificate, headerSafe(peer.subject))
+      if (peer !== undefined) out.push(policy.clientCertificate, percentEncoded(peer.subject))
     }
-  }
-  return out
-}
-
-/** Printable ASCII as it is; `%` and every other byte (UTF-8) percent-encoded: a subject never breaks a header. */
-function headerSafe(text: string): string {
-  if (/^[\x20-\x24\x26-\x7e]*$/.test(text)) return text
-  let out = ''
-  for (const byte of Buffer.from(text, 'utf8')) {
-    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`
   }
   return out
 }
