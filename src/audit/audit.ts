@@ -63,6 +63,26 @@ export interface AuditEvents {
     readonly username: string
     readonly flow: 'authorize' | 'device'
     readonly client_id?: string
+    /** A sign-in at an identity provider: its `identity_providers[].id`. */
+    readonly provider?: string
+  }
+  'federation.failed': RequestFields & {
+    readonly provider: string
+    readonly reason: 'callback_unknown' | 'callback_replayed' | 'callback_other_browser' | 'callback_other_provider'
+      | 'upstream_error' | 'upstream_unavailable' | 'upstream_response_refused' | 'not_allowed'
+    /** The provider's error code (`upstream_error`), at most 64 characters. */
+    readonly error?: string
+    /** Why the account may not sign in (`not_allowed`): the allow rule or the claim that failed. */
+    readonly detail?: string
+  }
+  'logout': RequestFields & {
+    readonly sub: string
+    readonly client_id?: string
+    readonly provider?: string
+  }
+  'account.gone': {
+    readonly sub: string
+    readonly provider: string
   }
   'login.failed': RequestFields & {
     /** As typed, cut to 64 characters. */

@@ -73,6 +73,7 @@ function register(config: ClientConfig): RegisteredClient {
     grantTypes: new Set(config.grant_types),
     scopes: new Set(config.scopes),
     redirectUris: config.redirect_uris ?? [],
+    ...(config.post_logout_redirect_uris !== undefined && { postLogoutRedirectUris: config.post_logout_redirect_uris }),
     requireState: config.require_state ?? true,
     requirePkce: authMethod === 'none' ? true : config.require_pkce ?? true,
     firstParty: config.first_party ?? false,

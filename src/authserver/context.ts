@@ -7,6 +7,8 @@ import type { ClientRegistry } from './clients.js'
 import type { AuthServerSettings } from './settings.js'
 import type { StorageAdapter } from './storage/adapter.js'
 import type { UserDirectory } from './users.js'
+import type { AccountDirectory } from './federation/accounts.js'
+import type { IdentityProviders } from './federation/providers.js'
 import type { TokenService } from './tokens.js'
 import type { RevocationList } from './revocations.js'
 import type { SigningKeys } from './keys/signing-keys.js'
@@ -40,7 +42,12 @@ export interface AuthServerContext {
   readonly store: StorageAdapter
   readonly keys: SigningKeys
   readonly clients: ClientRegistry
+  /** `users[]`: the password grant and the login form. */
   readonly users: UserDirectory
+  /** Every user: `users[]` and those an identity provider vouched for (what a grant, a session or /userinfo finds by sub). */
+  readonly accounts: AccountDirectory
+  /** `identity_providers[]`: empty when none is configured. */
+  readonly identityProviders: IdentityProviders
   readonly tokens: TokenService
   readonly revocations: RevocationList
   readonly throttle: Throttle

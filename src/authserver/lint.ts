@@ -9,34 +9,14 @@ import type { Problem } from '../common/problem.js'
 import { parseDuration, parseSize } from '../config/units.js'
 import { isRedisUrl } from '../redis/url.js'
 import { CERTIFICATE_METHODS, lintCertificateClient } from './lint-certificates.js'
+import { lintFederation } from './lint-federation.js'
+import { redirectUriProblem } from './lint-redirect-uri.js'
 
 /** The grants that can hand out a refresh token; `refresh_token` alone is useless. */
 const ISSUES_REFRESH = new Set(['authorization_code', 'password', 'urn:ietf:params:oauth:grant-type:device_code'])
 
 /** refresh_token.reuse_grace and a client's refresh_token_reuse_grace: seconds, never minutes. */
 const MAX_REUSE_GRACE_MS = 10_000
-
-function isLoopbackLiteral(hostname: string): boolean {
-  return hostname === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname)
-}
-
-/** RFC 6749 §3.1.2, RFC 8252 §7, RFC 9700 §2.6: why this redirect URI may not be registered, if it may not. */
-export function redirectUriProblem(uri: string): string | undefined {
-  if (uri.includes('*')) return 'must not contain a wildcard'
-  if (uri.includes('#')) return 'must not contain a fragment'
-  if (!URL.canParse(uri)) return 'must be an absolute URI'
-  const url = new URL(uri)
-  const scheme = url.protocol.slice(0, -1).toLowerCase()
-  if (scheme === 'javascript' || scheme === 'data' || scheme === 'vbscript' || scheme === 'file') return `must not use the ${scheme}: scheme`
-  if (scheme === 'http') {
-    if (!isLoopbackLiteral(url.hostname)) return 'http: is only allowed for loopback IP literals (127.0.0.1, [::1]); use https:'
-    return undefined
-  }
-  if (scheme === 'https') return url.hostname === '' ? 'must name a host' : undefined
-  // RFC 8252 §7.1: private-use schemes are reverse domain names (com.example.app:/callback).
-  if (!scheme.includes('.')) return `private-use scheme "${scheme}:" must be a reverse domain name such as com.example.app`
-  return undefined
-}
 
 function authMethod(client: ClientConfig): string {
   return client.token_endpoint_auth_method ?? (client.client_secret !== undefined || client.client_secret_hash !== undefined ? 'client_secret_basic' : 'none')
@@ -236,5 +216,6 @@ export function lintAuthorizationServer(config: GatewayConfig): Problem[] {
     const sub = user.sub ?? user.username
     if (clientIds.has(sub)) problems.push({ path: [...at, user.sub !== undefined ? 'sub' : 'username'], message: `subject "${sub}" equals a client_id` })
   })
+  lintFederation(config, as, problems)
   return problems
 }

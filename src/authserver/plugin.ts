@@ -42,6 +42,10 @@ import { registerAuthorize } from './endpoints/authorize.js'
 import { registerConsent } from './endpoints/consent.js'
 import { registerDevicePage } from './endpoints/device.js'
 import { registerLogin } from './endpoints/login.js'
+import { registerFederatedLogin } from './endpoints/federated-login.js'
+import { registerLogout } from './endpoints/logout.js'
+import { AccountDirectory } from './federation/accounts.js'
+import { IdentityProviders } from './federation/providers.js'
 import { OPAQUE_ACCESS_TOKEN_PREFIX, TokenService, type StoredAccessToken } from './tokens.js'
 import { UserDirectory } from './users.js'
 
@@ -76,6 +80,8 @@ export interface AuthServerOptions {
    * channel and counters take precedence: they reach every worker of every instance.
    */
   workers?: { readonly broadcast: Broadcast; readonly limiter: LimiterFactory; readonly once: SharedOnce } | undefined
+  /** `server.allow_insecure_http`: an identity provider may be reached over http:// off loopback. */
+  allowInsecureHttp?: boolean
 }
 
 function principalOf(record: StoredAccessToken, settings: AuthServerSettings): Principal {
@@ -95,6 +101,8 @@ function principalOf(record: StoredAccessToken, settings: AuthServerSettings): P
     ...(typeof record.jkt === 'string' && { jkt: record.jkt }),
     // RFC 8705 §3: the certificate a bound token must be presented over, as a JWT's cnf.x5t#S256.
     ...(typeof record.x5t === 'string' && { x5t: record.x5t }),
+    // `access_token.claims`, as a JWT carries them.
+    ...(typeof record.claims === 'object' && record.claims !== null && { claims: record.claims as Record<string, unknown> }),
   }
 }
 
@@ -170,6 +178,12 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
   const onEngaged: ThrottleEngaged = ({ throttle, key, retryAfterSeconds }) =>
     audit.emit('throttle.engaged', { throttle, key, retry_after: retryAfterSeconds })
   const users = new UserDirectory(config.users ?? [])
+  const identityProviders = await IdentityProviders.open(config.identity_providers ?? [], options.allowInsecureHttp ?? false, now)
+  const accounts = new AccountDirectory(users, store, {
+    providers: new Set(identityProviders.list().map((provider) => provider.settings.id)),
+    ttlSeconds: settings.refreshTokenTtlSeconds + settings.sessionTtlSeconds,
+    kek: settings.keyEncryption,
+  })
   const configuredIds = new Set((config.clients ?? []).map((client) => client.client_id))
   // An RFC 7591 registration never takes a YAML client_id, nor a user's sub (client_credentials tokens carry sub = client_id).
   const registrations = settings.registration && new Registrations(store, settings.registration, now,
@@ -183,6 +197,8 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
     keys,
     clients: new ClientRegistry(config.clients ?? [], registrations, documents),
     users,
+    accounts,
+    identityProviders,
     tokens: new TokenService(settings, keys, store, now),
     revocations,
     throttle: createThrottle(settings, limiter, 'failures', onEngaged),
@@ -224,6 +240,8 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
       ...registerUserinfo(scope, ctx),
       ...registerAuthorize(scope, ctx),
       ...registerLogin(scope, ctx),
+      ...registerFederatedLogin(scope, ctx),
+      ...registerLogout(scope, ctx),
       ...registerConsent(scope, ctx),
       ...registerDevicePage(scope, ctx),
       ...(registrations ? registerRegistration(scope, ctx, {
@@ -234,7 +252,7 @@ export async function createAuthServer(app: FastifyInstance, config: Authorizati
         }, limiter, 'registrations', onEngaged),
       }) : []),
       ...registerMetadata(scope, ctx, {
-        implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo', 'id_token', 'dpop',
+        implemented: new Set(['token', 'revocation', 'introspection', 'jwks', 'userinfo', 'id_token', 'dpop', 'end_session',
           ...(registrations ? ['registration'] : []),
           ...(documents ? ['client_metadata_documents'] : []),
           ...(settings.grantTypes.has('authorization_code') ? ['authorization'] : []),

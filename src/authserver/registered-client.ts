@@ -24,6 +24,8 @@ export interface RegisteredClient {
    */
   readonly consentScopes?: ReadonlySet<string>
   readonly redirectUris: readonly string[]
+  /** `post_logout_redirect_uris` (OpenID Connect RP-Initiated Logout 1.0 §3.1): YAML clients only. */
+  readonly postLogoutRedirectUris?: readonly string[]
   readonly requireState: boolean
   readonly requirePkce: boolean
   readonly firstParty: boolean

@@ -21,6 +21,8 @@ export interface AuthServerSettings {
   readonly accessTokenTtlSeconds: number
   /** `access_token.audience`: the `aud` of a token whose request names no `resource` (RFC 8707). */
   readonly audience: readonly string[]
+  /** `access_token.claims`: the user claims every access token of a user's grant carries. */
+  readonly accessTokenClaims: readonly string[]
   /**
    * Every `resource` a client may ask for (RFC 8707): `audience` and the gateway's `resources[].resource`
    * identifiers. What the embedded issuer's tokens may carry as `aud`.
@@ -78,6 +80,7 @@ export function resolveSettings(config: AuthorizationServerConfig, resources: re
     accessTokenFormat: config.access_token?.format ?? 'jwt',
     accessTokenTtlSeconds: parseDuration(config.access_token?.ttl ?? '1h') / 1000,
     audience,
+    accessTokenClaims: config.access_token?.claims ?? [],
     resourceIndicators: [...new Set([...audience, ...resources])],
     refreshTokenTtlSeconds: parseDuration(config.refresh_token?.ttl ?? '30d') / 1000,
     refreshReuseGraceMs: parseDuration(config.refresh_token?.reuse_grace ?? '0s'),

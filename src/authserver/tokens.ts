@@ -8,6 +8,7 @@ import { signCompactJws } from '../crypto/jws.js'
 import { tokenHash } from '../authn/token-cache.js'
 import type { AuthServerSettings } from './settings.js'
 import type { SigningKeys } from './keys/signing-keys.js'
+import type { User } from './users.js'
 import type { ArtifactWrite, StorageAdapter } from './storage/adapter.js'
 import type { RegisteredClient } from './registered-client.js'
 import { randomToken } from './random.js'
@@ -43,6 +44,8 @@ export interface GrantRecord {
    * grant started with a proof; every refresh must then come with a proof of that key.
    */
   readonly jkt?: string
+  /** `access_token.claims`: the user's claims as of the grant's start (the sign-in), copied into every access token. */
+  readonly claims?: Readonly<Record<string, unknown>>
 }
 
 /** What issuing a token reads of its grant: everything but createdAt (a refresh token's record holds all of it). */
@@ -78,6 +81,8 @@ export interface StoredRefreshToken {
   readonly resource?: readonly string[]
   /** The grant's DPoP key binding (GrantRecord.jkt). */
   readonly jkt?: string
+  /** The grant's user claims (GrantRecord.claims). */
+  readonly claims?: Readonly<Record<string, unknown>>
   readonly [member: string]: unknown
 }
 
@@ -125,6 +130,12 @@ export class TokenService {
   constructor(private readonly settings: AuthServerSettings, private readonly keys: SigningKeys,
     private readonly store: StorageAdapter, private readonly now: () => number) {}
 
+  /** `access_token.claims` of this user: the named claims it has, or undefined when none is named or it has none. */
+  private userClaims(user: User): Record<string, unknown> | undefined {
+    const named = this.settings.accessTokenClaims.filter((name) => Object.hasOwn(user.claims, name) && user.claims[name] !== undefined)
+    return named.length === 0 ? undefined : Object.fromEntries(named.map((name) => [name, user.claims[name]]))
+  }
+
   /** The record of an access token issued moments ago (by jti, or hash for an opaque one), once. */
   takeIssued(id: string): StoredAccessToken | undefined {
     const record = this.justIssued.get(id)
@@ -143,9 +154,11 @@ export class TokenService {
    * (RFC 9449 §5); a confidential client's are not bound, since it authenticates each refresh.
    */
   async startGrant(client: RegisteredClient, sub: string, scope: readonly string[],
-    options: { authTime?: number | undefined; refreshable?: boolean; resource?: readonly string[] | undefined; jkt?: string | undefined } = {},
+    options: { authTime?: number | undefined; refreshable?: boolean; resource?: readonly string[] | undefined; jkt?: string | undefined;
+      user?: User | undefined } = {},
   ): Promise<GrantRecord> {
     const { authTime, refreshable = true, resource } = options
+    const claims = options.user && this.userClaims(options.user)
     const jkt = refreshable && !client.confidential ? options.jkt : undefined
     const createdAt = this.nowSeconds()
     const lifetime = refreshable ? this.settings.refreshTokenTtlSeconds : this.settings.accessTokenTtlSeconds
@@ -159,6 +172,7 @@ export class TokenService {
       ...(authTime !== undefined && { authTime }),
       ...(resource !== undefined && { resource: [...resource] }),
       ...(jkt !== undefined && { jkt }),
+      ...(claims !== undefined && { claims }),
     }
     // Only a refreshable grant is looked up later; a client_credentials grant is never stored (one write less).
     if (refreshable) await this.store.upsert('grant', grant.grantId, { ...grant }, lifetime)
@@ -191,6 +205,7 @@ export class TokenService {
     const record: StoredAccessToken = {
       grantId: grant.grantId, jti, clientId: grant.clientId, sub: grant.sub, scope: scope.join(' '),
       aud: [...audience], iat, exp, format: settings.accessTokenFormat, ...(jkt !== undefined && { jkt }), ...(x5t !== undefined && { x5t }),
+      ...(grant.claims !== undefined && { claims: grant.claims }),
     }
     let token: string
     let id: string
@@ -201,6 +216,8 @@ export class TokenService {
       const key = this.keys.current(settings.algorithm)
       // RFC 9068 §2: typ at+jwt, and iss, exp, aud, sub, client_id, iat, jti.
       token = signCompactJws({ alg: key.alg, kid: key.kid, typ: 'at+jwt' }, {
+        // `access_token.claims` first: none of them can stand in for a claim below (lint refuses the registered names too).
+        ...grant.claims,
         client_id: grant.clientId,
         scope: record.scope,
         ...(grant.authTime !== undefined && { auth_time: grant.authTime }),
@@ -239,6 +256,7 @@ export class TokenService {
       ...(grant.authTime !== undefined && { authTime: grant.authTime }),
       ...(grant.resource !== undefined && { resource: [...grant.resource] }),
       ...(grant.jkt !== undefined && { jkt: grant.jkt }),
+      ...(grant.claims !== undefined && { claims: grant.claims }),
     }
     return { token, write: { kind: 'refresh_token', id: tokenHash(token), value: { ...record }, expiresInSeconds: Math.max(1, ttl) } }
   }

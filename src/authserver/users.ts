@@ -7,6 +7,8 @@ export interface User {
   readonly username: string
   readonly sub: string
   readonly claims: Readonly<Record<string, unknown>>
+  /** The `identity_providers[].id` that vouched for a federated user; absent for a user of `users[]`. */
+  readonly provider?: string
 }
 
 export class UserDirectory {
@@ -20,6 +22,11 @@ export class UserDirectory {
       config,
     }]))
     this.decoy = hashSecret('portcullis-decoy-password')
+  }
+
+  /** How many users the YAML lists: the login page shows its form only when there is one. */
+  get size(): number {
+    return this.users.size
   }
 
   findBySub(sub: string): User | undefined {

@@ -238,7 +238,7 @@ function resolvePaths(config: GatewayConfig, baseDir: string): GatewayConfig {
   }
 }
 
-/** The embedded server's files: its SQLite store, the CAs of client metadata document hosts, clients' self-signed certificates. */
+/** The embedded server's files: its SQLite store, the CAs of client metadata document hosts, clients' self-signed certificates, identity providers' secrets and keys. */
 function resolveAuthServerPaths(as: AuthorizationServerConfig, resolve: (file: string) => string): AuthorizationServerConfig {
   const documents = as.client_metadata_documents
   return {
@@ -248,6 +248,13 @@ function resolveAuthServerPaths(as: AuthorizationServerConfig, resolve: (file: s
     ...(as.clients && {
       clients: as.clients.map((client) => (client.self_signed_certificate_file === undefined ? client
         : { ...client, self_signed_certificate_file: resolve(client.self_signed_certificate_file) })),
+    }),
+    ...(as.identity_providers && {
+      identity_providers: as.identity_providers.map((provider) => ({
+        ...provider,
+        ...(provider.client_secret_file !== undefined && { client_secret_file: resolve(provider.client_secret_file) }),
+        ...(provider.private_key_jwt && { private_key_jwt: { ...provider.private_key_jwt, key_file: resolve(provider.private_key_jwt.key_file) } }),
+      })),
     }),
   }
 }

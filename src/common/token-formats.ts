@@ -16,8 +16,10 @@ export const DEVICE_CODE_PREFIX = 'pdc_'
 export const SESSION_COOKIE = 'portcullis_session'
 /** The CSRF secret of the pages' forms (@fastify/csrf-protection's cookie). */
 export const CSRF_COOKIE = 'portcullis_csrf'
+/** Binds a sign-in at an identity provider to the browser that started it (authserver/federation/flow.ts). */
+export const FEDERATION_COOKIE = 'portcullis_federation'
 /** The gateway's own cookies: never forwarded to an upstream (a session cookie there is a login for whoever reads it). */
-export const GATEWAY_COOKIES: ReadonlySet<string> = new Set([SESSION_COOKIE, CSRF_COOKIE])
+export const GATEWAY_COOKIES: ReadonlySet<string> = new Set([SESSION_COOKIE, CSRF_COOKIE, FEDERATION_COOKIE])
 
 /** The JWS algorithms the embedded server signs with (`authorization_server.signing.algorithms`). */
 export type SigningAlgorithm = 'ES256' | 'RS256' | 'EdDSA'

@@ -7,6 +7,10 @@
 export const PRESETS = ['entra', 'keycloak', 'auth0', 'okta', 'cognito'] as const
 export type Preset = (typeof PRESETS)[number]
 
+/** `authorization_server.identity_providers[].preset`: upstream identity providers with known conventions (authserver/federation/presets.ts). */
+export const IDENTITY_PROVIDER_PRESETS = ['entra', 'google', 'okta', 'keycloak', 'auth0', 'github'] as const
+export type IdentityProviderPreset = (typeof IDENTITY_PROVIDER_PRESETS)[number]
+
 /** `dpop.algorithms`: the JWS algorithms a DPoP proof may use (RFC 9449 §5, asymmetric only). */
 export const DPOP_ALGORITHMS = ['ES256', 'ES384', 'ES512', 'PS256', 'PS384', 'PS512', 'RS256', 'RS384', 'RS512', 'EdDSA', 'Ed25519'] as const
 export type DpopAlgorithm = typeof DPOP_ALGORITHMS[number]

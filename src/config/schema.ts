@@ -15,6 +15,7 @@ export { CLIENT_AUTH_METHODS, GRANT_TYPES } from './schema/authorization-server.
 export { JWS_ALGORITHMS } from './schema/issuers.js'
 export { HTTP_METHODS } from './schema/routes.js'
 export type { AuthorizationServerConfig, ClientConfig, GrantType, UserConfig } from './schema/authorization-server.js'
+export type { IdentityProviderConfig } from './schema/identity-providers.js'
 export type {
   AuditConfig, CacheConfig, DecisionConfig, DpopConfig, ForwardConfig, RateLimitPolicyConfig, RateLimitsConfig, TracingConfig,
   UpstreamConfig,

@@ -173,7 +173,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   const authServer = config.authorization_server?.enabled
     ? await createAuthServer(app, config.authorization_server, {
       now, metrics, audit, resources: (config.resources ?? []).map((resource) => resource.resource), dpop: config.dpop,
-      workers: options.workers,
+      workers: options.workers, allowInsecureHttp: config.server?.allow_insecure_http === true,
     })
     : undefined
   for (const path of authServer?.paths ?? []) fastifyPaths.add(path)

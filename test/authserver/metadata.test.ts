@@ -23,6 +23,8 @@ import { TokenService } from '../../src/authserver/tokens.js'
 import { UserDirectory } from '../../src/authserver/users.js'
 import type { ClientConfig } from '../../src/config/schema.js'
 import { memoryReplayCache } from '../../src/dpop/replay.js'
+import { AccountDirectory } from '../../src/authserver/federation/accounts.js'
+import { IdentityProviders } from '../../src/authserver/federation/providers.js'
 
 /** What plugin.ts passes today: the back-channel endpoints and the grants some client is registered for. */
 const TODAY = ['token', 'revocation', 'introspection', 'jwks', 'grant:client_credentials', 'grant:refresh_token', 'grant:password']
@@ -83,6 +85,8 @@ async function startAuthServer(options: StartOptions = {}): Promise<Started> {
     settings, store, keys, now, log: app.log,
     clients: new ClientRegistry(clients),
     users: new UserDirectory([]),
+    accounts: new AccountDirectory(new UserDirectory([]), store, { providers: new Set(), ttlSeconds: 60, kek: undefined }),
+    identityProviders: await IdentityProviders.open([], false, now),
     tokens: new TokenService(settings, keys, store, now),
     revocations: new RevocationList(store, now),
     throttle: unlimited,

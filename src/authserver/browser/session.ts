@@ -21,9 +21,18 @@ export interface BrowserSession {
   readonly authTime: number
   /** Milliseconds since the epoch, for prompt=login (a login must follow the request, not share its second). */
   readonly loginAt: number
+  /** A federated login: the provider's ID token, kept for its RP-initiated logout (`logout.upstream`). */
+  readonly upstreamIdToken?: string
 }
 
-interface StoredSession { sub: string; authTime: number; loginAt: number }
+interface StoredSession { sub: string; authTime: number; loginAt: number; upstreamIdToken?: string }
+
+/** What a login knows beyond the user: a federated one, when the provider last authenticated them and its ID token. */
+export interface LoginFacts {
+  /** The provider's auth_time (seconds); the session's auth_time is then the provider's, never later than now. */
+  readonly authTime?: number | undefined
+  readonly upstreamIdToken?: string | undefined
+}
 
 /** The cookie's attributes; `Path` is the issuer's path, so the session reaches no other application. */
 export function cookieOptions(ctx: AuthServerContext) {
@@ -41,8 +50,11 @@ export async function readSession(ctx: AuthServerContext, request: FastifyReques
   if (cookie === undefined || cookie.length > 100) return undefined
   const id = tokenHash(cookie)
   const stored = await ctx.store.find('session', id) as StoredSession | undefined
-  const user = stored && ctx.users.findBySub(stored.sub)
-  return stored && user ? { id, user, authTime: stored.authTime, loginAt: stored.loginAt } : undefined
+  const user = stored && await ctx.accounts.find(stored.sub)
+  return stored && user ? {
+    id, user, authTime: stored.authTime, loginAt: stored.loginAt,
+    ...(typeof stored.upstreamIdToken === 'string' && { upstreamIdToken: stored.upstreamIdToken }),
+  } : undefined
 }
 
 /**
@@ -50,14 +62,21 @@ export async function readSession(ctx: AuthServerContext, request: FastifyReques
  * before the login (session fixation) is worth nothing after it.
  */
 export async function startSession(ctx: AuthServerContext, request: FastifyRequest, reply: FastifyReply,
-  user: User): Promise<BrowserSession> {
-  const previous = request.cookies[SESSION_COOKIE]
-  if (previous !== undefined && previous.length <= 100) await ctx.store.destroy('session', tokenHash(previous))
+  user: User, facts: LoginFacts = {}): Promise<BrowserSession> {
+  await endSession(ctx, request)
   const cookie = randomToken()
   const loginAt = ctx.now()
-  const authTime = Math.floor(loginAt / 1000)
-  const stored: StoredSession = { sub: user.sub, authTime, loginAt }
+  const now = Math.floor(loginAt / 1000)
+  const authTime = facts.authTime !== undefined ? Math.min(facts.authTime, now) : now
+  const upstream = facts.upstreamIdToken !== undefined ? { upstreamIdToken: facts.upstreamIdToken } : {}
+  const stored: StoredSession = { sub: user.sub, authTime, loginAt, ...upstream }
   await ctx.store.upsert('session', tokenHash(cookie), { ...stored }, ctx.settings.sessionTtlSeconds)
   reply.setCookie(SESSION_COOKIE, cookie, { ...cookieOptions(ctx), maxAge: ctx.settings.sessionTtlSeconds })
-  return { id: tokenHash(cookie), user, authTime, loginAt }
+  return { id: tokenHash(cookie), user, authTime, loginAt, ...upstream }
+}
+
+/** Ends this browser's session, if it has one: its record goes, so a copy of the cookie logs no one in. */
+export async function endSession(ctx: AuthServerContext, request: FastifyRequest): Promise<void> {
+  const previous = request.cookies[SESSION_COOKIE]
+  if (previous !== undefined && previous.length <= 100) await ctx.store.destroy('session', tokenHash(previous))
 }

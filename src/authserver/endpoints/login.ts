@@ -10,10 +10,11 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { continueAuthorization } from '../browser/flow.js'
 import { findInteraction, finishInteraction, type Interaction } from '../browser/interaction.js'
 import { reserveAttempt } from '../browser/lockout.js'
-import { csrfField, html, pageErrorHandler, sendErrorPage, sendPage, sendRedirect } from '../browser/page.js'
+import { csrfField, html, pageErrorHandler, sendPage, sendRedirect } from '../browser/page.js'
 import { startSession } from '../browser/session.js'
 import type { AuthServerContext } from '../context.js'
 import { parseForm } from '../http.js'
+import { expiredPage, startFederatedLogin } from './federated-login.js'
 
 /** Longer than any configured username can be (the schema allows 255). */
 const MAX_USERNAME = 255
@@ -32,29 +33,43 @@ async function purpose(ctx: AuthServerContext, interaction: Interaction): Promis
   return `Sign in to continue to ${client?.name ?? interaction.request.clientId}.`
 }
 
-/** The form; /device shows it too, for a visitor who is not logged in. */
+/** The providers' buttons: links to each provider's start (federated-login.ts). */
+function providerButtons(ctx: AuthServerContext, interactionId: string) {
+  return ctx.identityProviders.list().map(({ settings }) => html`<p><a class="button" id="provider-${settings.id}"
+ href="${ctx.settings.prefix}/login/${settings.id}?interaction=${encodeURIComponent(interactionId)}">Continue with ${settings.name}</a></p>
+`)
+}
+
+/**
+ * The sign-in step; /device shows it too, for a visitor who is not logged in. The configured identity
+ * providers' buttons, and the form when `users[]` lists anyone (or no provider is configured). One provider and
+ * no form: the browser goes straight to the provider.
+ */
 export async function sendLoginPage(ctx: AuthServerContext, reply: FastifyReply, interactionId: string, interaction: Interaction,
   options: LoginPageOptions = {}): Promise<FastifyReply> {
-  const body = html`<p>${await purpose(ctx, interaction)}</p>
-${options.error !== undefined && html`<p role="alert" class="alert" id="login-error">${options.error}</p>`}
-<form method="post" action="${ctx.settings.prefix}/login">
+  const providers = ctx.identityProviders
+  const withForm = ctx.users.size > 0 || providers.size === 0
+  if (!withForm && providers.size === 1) {
+    return startFederatedLogin(ctx, reply.request, reply, { provider: providers.list()[0]!, interactionId, interaction })
+  }
+  const form = html`<form method="post" action="${ctx.settings.prefix}/login">
 ${csrfField(reply.generateCsrf())}
 <input type="hidden" name="interaction" value="${interactionId}">
 <label for="username">Username</label>
 <input type="text" id="username" name="username" autocomplete="username" autocapitalize="none" spellcheck="false" required
- ${options.username === undefined ? html`autofocus` : html`value="${options.username}"`}
+ ${options.username === undefined && providers.size === 0 ? html`autofocus` : options.username !== undefined && html`value="${options.username}"`}
  ${options.error !== undefined && html`aria-describedby="login-error"`}>
 <label for="password">Password</label>
 <input type="password" id="password" name="password" autocomplete="current-password" required
  ${options.username !== undefined && html`autofocus`}>
 <div class="actions"><button type="submit">Sign in</button></div>
 </form>`
+  const body = html`<p>${await purpose(ctx, interaction)}</p>
+${options.error !== undefined && html`<p role="alert" class="alert" id="login-error">${options.error}</p>`}
+${providerButtons(ctx, interactionId)}
+${providers.size > 0 && withForm && html`<p class="or">or sign in with a password:</p>`}
+${withForm && form}`
   return sendPage(reply, { status: options.status ?? 200, title: 'Sign in', body })
-}
-
-function expiredPage(reply: FastifyReply): FastifyReply {
-  return sendErrorPage(reply, 400, 'Sign-in expired',
-    'This sign-in request is unknown or has expired. Return to the application or device and start again.')
 }
 
 async function login(ctx: AuthServerContext, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {

@@ -64,6 +64,8 @@ function metadataDocument(ctx: AuthServerContext, { implemented, protectedResour
     ...(has('userinfo') && { userinfo_endpoint: `${base}/userinfo` }),
     revocation_endpoint: `${base}/revoke`,
     introspection_endpoint: `${base}/introspect`,
+    // OpenID Connect RP-Initiated Logout 1.0 §2.1: where a browser's session ends.
+    ...(authorization && has('end_session') && { end_session_endpoint: `${base}/logout` }),
     ...(has('device_authorization') && { device_authorization_endpoint: `${base}/device_authorization` }),
     ...(has('registration') && { registration_endpoint: `${base}/register` }),
     // draft-ietf-oauth-client-id-metadata-document: a URL client_id names the client's own document.

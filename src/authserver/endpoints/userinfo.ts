@@ -63,7 +63,7 @@ export function registerUserinfo(app: FastifyInstance, ctx: AuthServerContext): 
         if (record.exp * 1000 <= ctx.now()) throw new InvalidToken('expired access token')
         if (ctx.revocations.isRevoked(record.jti)) throw new InvalidToken('revoked access token')
         // A client_credentials token (sub = client_id) or a user no longer configured has no claims to give.
-        const user = ctx.users.findBySub(record.sub)
+        const user = await ctx.accounts.find(record.sub)
         if (!user) throw new InvalidToken(`no user has the token's subject (client ${record.clientId})`)
         const scopes = new Set(record.scope.split(' ').filter((scope) => scope !== ''))
         if (!scopes.has('openid')) throw new InsufficientScope(['openid'], 'the access token was not granted openid')

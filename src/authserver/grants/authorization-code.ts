@@ -85,7 +85,8 @@ export const authorizationCodeGrant: GrantHandler = {
     checkPkce(code, form.get('code_verifier'), client)
     checkRedirectUri(code, form.get('redirect_uri'))
     checkDpopJkt(code, dpop)
-    if (!ctx.users.findBySub(code.sub)) throw new InvalidGrant('the user no longer exists')
+    const user = await ctx.accounts.find(code.sub)
+    if (!user) throw new InvalidGrant('the user no longer exists')
     // RFC 8707 §2.2: resources within those the code was issued for (invalid_target otherwise, and the code
     // stays unused, as for the checks above); without any, all of them.
     const audience = audienceWithin(ctx.settings, code.resource, resource)
@@ -96,7 +97,7 @@ export const authorizationCodeGrant: GrantHandler = {
     const refreshable = client.grantTypes.has('refresh_token')
     // The refresh token is bound to the whole grant, whatever this access token was narrowed to (RFC 8707 §2.2).
     const grant = await ctx.tokens.startGrant(client, code.sub, code.scope,
-      { authTime: code.authTime, refreshable, resource: code.resource, jkt: dpop?.jkt })
+      { authTime: code.authTime, refreshable, resource: code.resource, jkt: dpop?.jkt, user })
     await linkGrant(ctx, id, code, grant.grantId)
     // A refresh token only for a client registered for refresh_token (respond checks), scope as granted, and
     // an ID token when that scope holds openid, with the authorization request's nonce (OIDC Core §3.1.3.7).

@@ -37,11 +37,12 @@ async function redeem(ctx: AuthServerContext, record: DeviceCodeRecord, client: 
     throw new InvalidGrant('device_code already redeemed')
   }
   // As at refresh: a user removed from the config since the approval gets nothing.
-  if (record.sub === undefined || !ctx.users.findBySub(record.sub)) throw new InvalidGrant('the approving user no longer exists')
+  const user = record.sub === undefined ? undefined : await ctx.accounts.find(record.sub)
+  if (record.sub === undefined || !user) throw new InvalidGrant('the approving user no longer exists')
   // Of parallel polls, the atomic consume lets exactly one through.
   if (!(await redeemDeviceCode(ctx, record))) throw new InvalidGrant('device_code already being redeemed')
   const grant = await ctx.tokens.startGrant(client, record.sub, record.scope,
-    { authTime: record.authTime, refreshable: client.grantTypes.has('refresh_token'), resource: record.resource, jkt: dpop?.jkt })
+    { authTime: record.authTime, refreshable: client.grantTypes.has('refresh_token'), resource: record.resource, jkt: dpop?.jkt, user })
   // OIDC Core §3.1.3.3: an ID token when openid was approved; auth_time is the approving login's, and there is no nonce.
   const body = await withIdToken(ctx, { client, grant, scope: record.scope },
     await ctx.tokens.respond(client, grant, { scope: record.scope, withRefresh: true, audience, jkt: dpop?.jkt }))

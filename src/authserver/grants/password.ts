@@ -30,7 +30,7 @@ export const passwordGrant: GrantHandler = {
     }
     // The user authenticated just now: that is the grant's auth_time. The resources named here are the
     // grant's, which its refreshes may narrow (RFC 8707 §2.2); without any, the configured audience.
-    const grant = await ctx.tokens.startGrant(client, user.sub, scope, { authTime: Math.floor(ctx.now() / 1000), resource, jkt: dpop?.jkt })
+    const grant = await ctx.tokens.startGrant(client, user.sub, scope, { authTime: Math.floor(ctx.now() / 1000), resource, jkt: dpop?.jkt, user })
     // OIDC Core §3.1.3.3: an ID token when openid is granted, without nonce (there was no authorization request).
     return withIdToken(ctx, { client, grant, scope },
       await ctx.tokens.respond(client, grant, { scope, withRefresh: true, audience: resource ?? ctx.settings.audience, jkt: dpop?.jkt }))

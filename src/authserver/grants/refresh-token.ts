@@ -31,6 +31,7 @@ import { grantScope } from '../scope.js'
 import type { ArtifactWrite } from '../storage/adapter.js'
 import type { StoredRefreshToken, TokenGrant, TokenResponseBody } from '../tokens.js'
 import type { GrantHandler } from './grant.js'
+import { checkAccountAtRefresh } from '../federation/refresh-check.js'
 
 type FoundRefreshToken = StoredRefreshToken & { readonly consumedAt?: number }
 
@@ -100,7 +101,12 @@ export const refreshTokenGrant: GrantHandler = {
     if (stored.consumedAt !== undefined) return presentedAgain(request, stored, stored.consumedAt)
     if (stored.grantExpiresAt <= Math.floor(ctx.now() / 1000)) throw new InvalidGrant('the grant has ended')
     // A user or client removed from the config can no longer refresh.
-    if (stored.sub !== client.clientId && !ctx.users.findBySub(stored.sub)) throw new InvalidGrant('the user no longer exists')
+    if (stored.sub !== client.clientId) {
+      const user = await ctx.accounts.find(stored.sub)
+      if (!user) throw new InvalidGrant('the user no longer exists')
+      // `identity_providers[].refresh_check`: the account must still exist at its provider.
+      await checkAccountAtRefresh(ctx, user)
+    }
 
     // Everything the rotation hands out is made first, then stored in the step that consumes the old token.
     // The new refresh token carries the grant's whole scope and resources; only this access token is narrowed.
@@ -109,6 +115,7 @@ export const refreshTokenGrant: GrantHandler = {
       ...(stored.authTime !== undefined && { authTime: stored.authTime }),
       ...(stored.resource !== undefined && { resource: stored.resource }),
       ...(stored.jkt !== undefined && { jkt: stored.jkt }),
+      ...(stored.claims !== undefined && { claims: stored.claims }),
     }
     const access = ctx.tokens.mintAccessToken(grant, scope, audience, dpop?.jkt, client.boundCertificate)
     const refresh = ctx.tokens.mintRefreshToken(grant)

@@ -18,6 +18,9 @@ export type ArtifactKind =
   | 'consent'             // id: sub + client_id; the scopes a user has agreed to give a client
   | 'refresh_successor'   // id: SHA-256 of a rotated-out refresh token; its rotation's response, sealed under that token (reuse grace)
   | 'registered_client'   // id: client_id; an RFC 7591 registration (registration/registrations.ts), rewritten once when first used
+  | 'federated_login'     // id: SHA-256 of the upstream state; a sign-in sent to an identity provider, waiting for its callback
+  | 'account'             // id: our sub; a user an identity provider vouched for, as of their last sign-in
+  | 'logout'              // id: SHA-256 of a logout state; where to send the browser once the identity provider has logged it out
 
 /** A stored value: any JSON object; `grantId` and `userCode` are indexed. */
 export interface StoredArtifact {

@@ -47,6 +47,7 @@ const LOCK_POLL_MS = 50
 const KINDS = Object.keys({
   access_token: 1, refresh_token: 1, authorization_code: 1, device_code: 1, revoked_jti: 1, signing_key: 1, grant: 1,
   session: 1, interaction: 1, consent: 1, refresh_successor: 1, registered_client: 1,
+  federated_login: 1, account: 1, logout: 1,
 } satisfies Record<ArtifactKind, 1>) as ArtifactKind[]
 
 type Script = (...args: string[]) => Promise<unknown>

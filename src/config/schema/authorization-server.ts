@@ -4,6 +4,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox'
 import { KEK_FORMAT, KEK_PATTERN } from '../constants.js'
+import { IdentityProviders } from './identity-providers.js'
 import { Duration, NonEmpty, ScopeTokenPattern, Size, Strict, StringEnum } from './shared.js'
 
 /** Grant types the embedded server implements (the device URN and authorization_code arrive with the browser flows). */
@@ -36,6 +37,8 @@ const Client = Strict({
   id_token_signed_response_alg: Type.Optional(StringEnum(['RS256', 'ES256', 'EdDSA'] as const)),
   // The client must send a DPoP proof to /token (RFC 9449 §5.2, the client metadata of that name).
   dpop_bound_access_tokens: Type.Optional(Type.Boolean()),
+  // OpenID Connect RP-Initiated Logout 1.0 §3.1: where the logout endpoint may send the browser afterwards.
+  post_logout_redirect_uris: Type.Optional(Type.Array(NonEmpty)),
 })
 
 const User = Strict({
@@ -70,6 +73,8 @@ export const AuthorizationServer = Strict({
     format: Type.Optional(StringEnum(['jwt', 'opaque'] as const)),
     ttl: Type.Optional(Duration),
     audience: Type.Optional(Type.Array(NonEmpty, { minItems: 1 })),
+    // The user's claims copied into every access token of the user's grants (JWT claims; the opaque token's record).
+    claims: Type.Optional(Type.Array(Type.String({ pattern: '^[A-Za-z_][A-Za-z0-9_.:/-]{0,63}$', 'x-message': 'must be a claim name' }))),
   })),
   // reuse_grace: at most 10s (lint-authserver.ts).
   refresh_token: Type.Optional(Strict({ ttl: Type.Optional(Duration), reuse_grace: Type.Optional(Duration) })),
@@ -78,6 +83,7 @@ export const AuthorizationServer = Strict({
   consent: Type.Optional(Strict({ ttl: Type.Optional(Duration) })),
   clients: Type.Optional(Type.Array(Client)),
   users: Type.Optional(Type.Array(User)),
+  identity_providers: Type.Optional(IdentityProviders),
   throttling: Type.Optional(Strict({
     failures_per_client: Type.Optional(Type.Integer({ minimum: 1 })),
     failures_per_ip: Type.Optional(Type.Integer({ minimum: 1 })),

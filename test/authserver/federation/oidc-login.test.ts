@@ -1,0 +1,97 @@
+/**
+ * Sign-in with an upstream OpenID Connect provider (node-oidc-provider, run here): the whole chain over HTTP,
+ * what the upstream was asked, the identity we make of its answer, and how our tokens carry it to the gateway.
+ */
+import { afterEach, describe, expect, it } from 'vitest'
+import { FormBrowser } from '../../support/browser.js'
+import { APP_CLIENT, authorizeUrl, federatedSignIn, jwtPayload, redeem, signInVia, startFederated, type FederatedSetup } from '../../support/federation.js'
+
+const ACCOUNTS = {
+  alice: { email: 'alice@example.com', email_verified: true, name: 'Alice', groups: ['staff', 'orders-admins'] },
+  bob: { email: 'bob@example.com', email_verified: true, name: 'Bob', groups: ['staff'] },
+}
+
+describe('sign-in with an OpenID Connect provider', () => {
+  let setup: FederatedSetup | undefined
+  afterEach(async () => { await setup?.close(); setup = undefined })
+
+  it('one provider and no local users: /authorize goes straight to the provider (code + PKCE S256 + state + nonce), and back to our consent and code', async () => {
+    setup = await startFederated([{ id: 'corp', upstream: { accounts: ACCOUNTS } }])
+    const { gateway, upstreams: [upstream] } = setup
+    const browser = new FormBrowser(gateway.url)
+    const visited: string[] = []
+    const done = await federatedSignIn(browser, upstream!, 'alice', authorizeUrl(), visited)
+    // What the provider was asked: its own authorization endpoint, with our callback and the protocol's checks.
+    const asked = new URL(visited[0]!)
+    expect(asked.pathname).toBe('/auth')
+    expect(Object.fromEntries(asked.searchParams)).toMatchObject({
+      client_id: 'portcullis', response_type: 'code', redirect_uri: `${gateway.issuer}/callback/corp`,
+      scope: 'openid email profile groups', code_challenge_method: 'S256',
+    })
+    for (const name of ['state', 'nonce', 'code_challenge']) expect(asked.searchParams.get(name)).toMatch(/^[A-Za-z0-9_-]{43,}$/)
+    // Never the client's own state or nonce: each leg has its own.
+    expect(asked.searchParams.get('state')).not.toBe('client-state')
+    expect(asked.searchParams.get('nonce')).not.toBe('client-nonce')
+    const params = new URL(done.location!).searchParams
+    expect(params.get('state')).toBe('client-state')
+    expect(params.get('iss')).toBe(gateway.issuer)
+    const tokens = await redeem(gateway, done.location)
+    const access = jwtPayload(tokens.access_token)
+    // Issuer-scoped subject; the provider's groups and e-mail in our access token (access_token.claims).
+    expect(access).toMatchObject({ iss: gateway.issuer, sub: 'corp:alice', groups: ['staff', 'orders-admins'], email: 'alice@example.com' })
+    const id = jwtPayload(tokens.id_token)
+    expect(id).toMatchObject({ iss: gateway.issuer, sub: 'corp:alice', aud: APP_CLIENT.client_id, nonce: 'client-nonce' })
+    // /userinfo answers for the federated user from what the provider said at sign-in.
+    const userinfo = await fetch(`${gateway.url}/userinfo`, { headers: { authorization: `Bearer ${String(tokens.access_token)}` } })
+    expect(await userinfo.json()).toEqual({ sub: 'corp:alice' })
+  })
+
+  it('the browser session is remembered: a second authorization request does not visit the provider again', async () => {
+    setup = await startFederated([{ id: 'corp', upstream: { accounts: ACCOUNTS } }])
+    const { gateway, upstreams: [upstream] } = setup
+    const browser = new FormBrowser(gateway.url)
+    await redeem(gateway, (await federatedSignIn(browser, upstream!, 'alice')).location)
+    const before = upstream!.requests.length
+    const again = await browser.get(authorizeUrl({ state: 'second' }))
+    // Consent is remembered per client only when asked; here the consent page comes, but no provider.
+    expect(again.location).not.toContain(new URL(upstream!.issuer).host)
+    expect(upstream!.requests.length).toBe(before)
+  })
+
+  it('prompt=login and max_age go to the provider: a new upstream login, not the remembered one', async () => {
+    setup = await startFederated([{ id: 'corp', upstream: { accounts: ACCOUNTS } }])
+    const { gateway, upstreams: [upstream] } = setup
+    const browser = new FormBrowser(gateway.url)
+    await redeem(gateway, (await federatedSignIn(browser, upstream!, 'alice')).location)
+    const visited: string[] = []
+    const forced = await federatedSignIn(browser, upstream!, 'alice', authorizeUrl({ prompt: 'login', state: 'forced' }), visited)
+    expect(new URL(visited[0]!).searchParams.get('prompt')).toBe('login')
+    expect(new URL(forced.location!).searchParams.get('state')).toBe('forced')
+    const visitedAge: string[] = []
+    await federatedSignIn(browser, upstream!, 'alice', authorizeUrl({ max_age: '0', state: 'aged' }), visitedAge)
+    expect(new URL(visitedAge[0]!).searchParams.get('prompt')).toBe('login')
+    expect(new URL(visitedAge[0]!).searchParams.get('max_age')).toBe('0')
+  })
+
+  it('two providers and local users: a chooser with a button per provider and the password form', async () => {
+    setup = await startFederated([{ id: 'corp', upstream: { accounts: ACCOUNTS } }, { id: 'partner', config: { name: 'Partner SSO' } }],
+      { users: [{ username: 'local', password: 'local password 0123' }] })
+    const { gateway } = setup
+    const browser = new FormBrowser(gateway.url)
+    const start = await browser.get(authorizeUrl())
+    const page = await browser.get(start.location!)
+    expect(page.status).toBe(200)
+    expect(page.text).toContain('id="provider-corp"')
+    expect(page.text).toContain('Continue with Partner SSO')
+    expect(page.text).toContain('name="password"')
+  })
+
+  it('the same sub at two providers is two people', async () => {
+    setup = await startFederated([{ id: 'corp', upstream: { accounts: ACCOUNTS } }, { id: 'partner', upstream: { accounts: ACCOUNTS } }])
+    const { gateway, upstreams: [corp, partner] } = setup
+    const corpTokens = await redeem(gateway, (await signInVia(new FormBrowser(gateway.url), 'corp', corp!, 'alice')).location)
+    const partnerTokens = await redeem(gateway, (await signInVia(new FormBrowser(gateway.url), 'partner', partner!, 'alice')).location)
+    expect(jwtPayload(corpTokens.access_token).sub).toBe('corp:alice')
+    expect(jwtPayload(partnerTokens.access_token).sub).toBe('partner:alice')
+  })
+})
