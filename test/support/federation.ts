@@ -28,13 +28,14 @@ export interface FederatedSetup {
  * Starts `providers.length` upstream providers and one gateway whose `identity_providers` are `providers`
  * (each given its `issuer` and client here); `extra` goes into `authorization_server`.
  */
-export async function startFederated(providers: Array<{ id: string; upstream?: Partial<UpstreamIdpOptions>; config?: Record<string, unknown> }>,
+export async function startFederated(providers: Array<{ id: string; upstream?: Partial<UpstreamIdpOptions>; config?: Record<string, unknown>; client?: Record<string, unknown> }>,
   extra: Record<string, unknown> = {}, gatewayExtra: Record<string, unknown> = {}, options: StartOptions = {}): Promise<FederatedSetup> {
   const port = options.port ?? await closedPort()
-  const upstreams = await Promise.all(providers.map(({ id, upstream }) => startUpstreamIdp({
+  const upstreams = await Promise.all(providers.map(({ id, upstream, client }) => startUpstreamIdp({
     clients: [{
       ...UPSTREAM_CLIENT, redirect_uris: [`http://127.0.0.1:${port}/callback/${id}`],
       post_logout_redirect_uris: [`http://127.0.0.1:${port}/logout/callback`], grant_types: ['authorization_code', 'refresh_token'],
+      ...client,
     }],
     ...upstream,
   })))

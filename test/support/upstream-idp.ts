@@ -14,6 +14,8 @@ export interface UpstreamIdp {
   down: boolean
   /** Every request path seen, in order (to prove what was or was not asked). */
   readonly requests: string[]
+  /** Deletes an account: its refresh tokens stop working (oidc-provider: invalid_grant, account not found). */
+  deleteAccount(login: string): void
   close(): Promise<void>
 }
 
@@ -44,10 +46,11 @@ export async function startUpstreamIdp(options: UpstreamIdpOptions): Promise<Ups
   const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
   const issuer = `${origin}${options.path ?? ''}`
   const accounts = options.accounts ?? {}
+  const deleted = new Set<string>()
   const provider = new Provider(issuer, {
     clients: [...options.clients],
     // A login name that is not an account still signs in (devInteractions), with no claims but sub.
-    findAccount: (_ctx, id) => ({ accountId: id, claims: () => ({ sub: id, ...accounts[id] }) }),
+    findAccount: (_ctx, id) => (deleted.has(id) ? undefined : { accountId: id, claims: () => ({ sub: id, ...accounts[id] }) }),
     claims: {
       openid: ['sub'], email: ['email', 'email_verified'], profile: ['name', 'preferred_username'], groups: ['groups'],
       tenant: ['tid', 'oid'],
@@ -79,6 +82,7 @@ export async function startUpstreamIdp(options: UpstreamIdpOptions): Promise<Ups
     get down() { return state.down },
     set down(value: boolean) { state.down = value },
     requests,
+    deleteAccount: (login) => { deleted.add(login) },
     close: () => new Promise<void>((resolve) => {
       server.closeAllConnections()
       server.close(() => resolve())

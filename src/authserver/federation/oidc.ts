@@ -30,12 +30,14 @@ export function upstreamFailure(error: unknown, what: string): UpstreamLoginErro
     return new UpstreamLoginError(`${what}: the provider answered ${error.error}`, error.status >= 500, error.error)
   }
   if (error instanceof client.AuthorizationResponseError) return new UpstreamLoginError(`${what}: ${error.error}`, false, error.error)
-  const code = (error as { code?: unknown }).code
-  const cause = (error as { cause?: { code?: unknown } }).cause
   const message = error instanceof Error ? error.message : String(error)
-  // fetch's own failures (refused, reset, DNS, timeout) and an answer that is not the protocol's.
-  const unavailable = error instanceof TypeError || (error instanceof DOMException) || code === 'OAUTH_RESPONSE_IS_NOT_CONFORM'
-    || typeof cause?.code === 'string'
+  const code = (error as { code?: unknown }).code
+  // Not reachable: fetch's own failure (refused, reset, DNS, TLS) or our timeout, anywhere in the cause chain;
+  // or an answer that is not the protocol's at all (a 503 page at discovery).
+  let unavailable = code === 'OAUTH_RESPONSE_IS_NOT_CONFORM'
+  for (let at: unknown = error, depth = 0; at !== undefined && at !== null && depth < 5; at = (at as { cause?: unknown }).cause, depth++) {
+    if ((at instanceof TypeError && at.message === 'fetch failed') || (at instanceof DOMException && /Timeout|Abort/.test(at.name))) unavailable = true
+  }
   return new UpstreamLoginError(`${what}: ${message.slice(0, 200)}`, unavailable)
 }
 

@@ -56,8 +56,12 @@ async function importClientKey(file: string, alg: string): Promise<CryptoKey> {
 async function clientAuthOf(config: IdentityProviderConfig): Promise<UpstreamClientAuth> {
   if (config.private_key_jwt) {
     const alg = config.private_key_jwt.alg ?? 'RS256'
+    const key = await importClientKey(config.private_key_jwt.key_file, alg).catch((error: unknown) => {
+      throw new Error(`identity_providers ${config.id}: private_key_jwt.key_file is not a PKCS#8 PEM or a private JWK for ${alg} ` +
+        `(${error instanceof Error ? error.message : String(error)})`)
+    })
     return {
-      method: 'private_key_jwt', alg, key: await importClientKey(config.private_key_jwt.key_file, alg),
+      method: 'private_key_jwt', alg, key,
       ...(config.private_key_jwt.kid !== undefined && { kid: config.private_key_jwt.kid }),
     }
   }

@@ -2,9 +2,12 @@
  * Sign-in with an upstream OpenID Connect provider (node-oidc-provider, run here): the whole chain over HTTP,
  * what the upstream was asked, the identity we make of its answer, and how our tokens carry it to the gateway.
  */
+import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, it } from 'vitest'
+import { calculateJwkThumbprint, exportJWK, generateKeyPair, SignJWT } from 'jose'
 import { FormBrowser } from '../../support/browser.js'
-import { APP_CLIENT, authorizeUrl, federatedSignIn, jwtPayload, redeem, signInVia, startFederated, type FederatedSetup } from '../../support/federation.js'
+import { APP_CLIENT, UPSTREAM_CLIENT, authorizeUrl, federatedSignIn, jwtPayload, redeem, signInVia, startFederated, type FederatedSetup } from '../../support/federation.js'
+import { R1, TV1 } from '../../support/authserver.js'
 
 const ACCOUNTS = {
   alice: { email: 'alice@example.com', email_verified: true, name: 'Alice', groups: ['staff', 'orders-admins'] },
@@ -93,5 +96,60 @@ describe('sign-in with an OpenID Connect provider', () => {
     const partnerTokens = await redeem(gateway, (await signInVia(new FormBrowser(gateway.url), 'partner', partner!, 'alice')).location)
     expect(jwtPayload(corpTokens.access_token).sub).toBe('corp:alice')
     expect(jwtPayload(partnerTokens.access_token).sub).toBe('partner:alice')
+  })
+})
+
+describe('what federation leaves unchanged', () => {
+  let setup: FederatedSetup | undefined
+  afterEach(async () => { await setup?.close(); setup = undefined })
+
+  it('a self-registered client (RFC 7591) asks for a resource (RFC 8707) with a DPoP proof: the federated user\'s token is bound and for that resource', async () => {
+    const resource = 'https://mcp.example.com/mcp'
+    setup = await startFederated([{ id: 'corp', upstream: { accounts: ACCOUNTS } }], {
+      access_token: { audience: ['orders-api', resource], claims: ['groups'] },
+      registration: { enabled: true, policy: { scopes: ['openid', 'orders:read'] } },
+    })
+    const { gateway, upstreams: [upstream] } = setup
+    const registered = await fetch(`${gateway.url}/register`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ redirect_uris: [R1], token_endpoint_auth_method: 'none', grant_types: ['authorization_code'], scope: 'openid orders:read' }),
+    })
+    expect(registered.status).toBe(201)
+    const { client_id: clientId } = await registered.json() as { client_id: string }
+    const done = await federatedSignIn(new FormBrowser(gateway.url), upstream!, 'alice', authorizeUrl({ client_id: clientId, resource }))
+    const code = new URL(done.location!).searchParams.get('code')!
+    const key = await generateKeyPair('ES256')
+    const proof = await new SignJWT({ jti: randomUUID(), htm: 'POST', htu: `${gateway.issuer}/token`, iat: Math.floor(Date.now() / 1000) })
+      .setProtectedHeader({ alg: 'ES256', typ: 'dpop+jwt', jwk: await exportJWK(key.publicKey) }).sign(key.privateKey)
+    const res = await fetch(`${gateway.url}/token`, {
+      method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', dpop: proof },
+      body: new URLSearchParams({ grant_type: 'authorization_code', code, redirect_uri: R1, client_id: clientId, code_verifier: TV1.verifier, resource }),
+    })
+    const body = await res.json() as Record<string, unknown>
+    expect(res.status, JSON.stringify(body)).toBe(200)
+    expect(body.token_type).toBe('DPoP')
+    const access = jwtPayload(body.access_token)
+    expect(access).toMatchObject({ sub: 'corp:alice', aud: resource, client_id: clientId, groups: ['staff', 'orders-admins'] })
+    expect((access.cnf as { jkt?: string }).jkt).toBe(await calculateJwkThumbprint(await exportJWK(key.publicKey)))
+  })
+
+  it('the groups are read again at the next sign-in; no secret, code or provider token is ever logged', async () => {
+    const accounts = structuredClone(ACCOUNTS)
+    setup = await startFederated([{ id: 'corp', upstream: { accounts } }])
+    const { gateway, upstreams: [upstream] } = setup
+    const browser = new FormBrowser(gateway.url)
+    const first = await redeem(gateway, (await federatedSignIn(browser, upstream!, 'alice')).location)
+    expect(jwtPayload(first.access_token).groups).toEqual(['staff', 'orders-admins'])
+    accounts.alice.groups = ['staff']
+    const visited: string[] = []
+    const second = await redeem(gateway, (await federatedSignIn(browser, upstream!, 'alice', authorizeUrl({ prompt: 'login' }), visited)).location)
+    expect(jwtPayload(second.access_token).groups).toEqual(['staff'])
+    const logs = gateway.logs.join('\n') + gateway.audit.join('\n')
+    expect(logs).not.toContain(UPSTREAM_CLIENT.client_secret)
+    for (const url of visited) {
+      const state = new URL(url).searchParams.get('state')
+      if (state) expect(logs).not.toContain(state)
+    }
+    expect(logs).not.toMatch(/eyJ[A-Za-z0-9_-]{10,}\.eyJ/)
   })
 })
