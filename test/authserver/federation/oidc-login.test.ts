@@ -3,6 +3,8 @@
  * what the upstream was asked, the identity we make of its answer, and how our tokens carry it to the gateway.
  */
 import { randomUUID } from 'node:crypto'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, SignJWT } from 'jose'
 import { FormBrowser } from '../../support/browser.js'
@@ -133,6 +135,33 @@ describe('what federation leaves unchanged', () => {
     expect((access.cnf as { jkt?: string }).jkt).toBe(await calculateJwkThumbprint(await exportJWK(key.publicKey)))
   })
 
+  it('a client known by its metadata document (a URL client_id) gets a code for the federated user', async () => {
+    const server = http.createServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({
+        client_id: documentUrl, client_name: 'Docs CLI', redirect_uris: [R1], grant_types: ['authorization_code'], token_endpoint_auth_method: 'none', scope: 'openid orders:read',
+      }))
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const documentUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/client.json`
+    try {
+      setup = await startFederated([{ id: 'corp', upstream: { accounts: ACCOUNTS } }], {
+        client_metadata_documents: { enabled: true, allow_private_addresses: true, scopes: ['openid', 'orders:read'] },
+      })
+      const { gateway, upstreams: [upstream] } = setup
+      const done = await federatedSignIn(new FormBrowser(gateway.url), upstream!, 'alice', authorizeUrl({ client_id: documentUrl }))
+      const res = await fetch(`${gateway.url}/token`, {
+        method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ grant_type: 'authorization_code', code: new URL(done.location!).searchParams.get('code')!, redirect_uri: R1, client_id: documentUrl, code_verifier: TV1.verifier }),
+      })
+      const body = await res.json() as Record<string, unknown>
+      expect(res.status, JSON.stringify(body)).toBe(200)
+      expect(jwtPayload(body.access_token)).toMatchObject({ sub: 'corp:alice', client_id: documentUrl })
+    } finally {
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+  })
+
   it('the groups are read again at the next sign-in; no secret, code or provider token is ever logged', async () => {
     const accounts = structuredClone(ACCOUNTS)
     setup = await startFederated([{ id: 'corp', upstream: { accounts } }])
@@ -151,5 +180,30 @@ describe('what federation leaves unchanged', () => {
       if (state) expect(logs).not.toContain(state)
     }
     expect(logs).not.toMatch(/eyJ[A-Za-z0-9_-]{10,}\.eyJ/)
+  })
+})
+
+describe('preset: entra, with Entra-shaped claims', () => {
+  let setup: FederatedSetup | undefined
+  afterEach(async () => { await setup?.close(); setup = undefined })
+
+  const TENANT = '0a1b2c3d-4e5f-6789-abcd-ef0123456789'
+  const ENTRA_ACCOUNTS = {
+    alice: { tid: TENANT, oid: '9f8e7d6c-0000-4000-8000-000000000001', email: 'alice@contoso.example', name: 'Alice', groups: ['6f1c0a2e'] },
+    mallory: { tid: '11111111-2222-4333-8444-555555555555', oid: '9f8e7d6c-0000-4000-8000-000000000002', email: 'alice@contoso.example', groups: ['6f1c0a2e'] },
+  }
+
+  it('the subject is tid:oid (not the pairwise sub); allow.tenants refuses another tenant, whatever e-mail it claims', async () => {
+    setup = await startFederated([{
+      id: 'entra', upstream: { accounts: ENTRA_ACCOUNTS },
+      config: { preset: 'entra', scopes: ['openid', 'email', 'profile', 'groups', 'tenant'], allow: { tenants: [TENANT] } },
+    }])
+    const { gateway, upstreams: [upstream] } = setup
+    const tokens = await redeem(gateway, (await federatedSignIn(new FormBrowser(gateway.url), upstream!, 'alice')).location)
+    expect(jwtPayload(tokens.access_token)).toMatchObject({ sub: `entra:${TENANT}:9f8e7d6c-0000-4000-8000-000000000001`, groups: ['6f1c0a2e'] })
+    const refused = await federatedSignIn(new FormBrowser(gateway.url), upstream!, 'mallory')
+    expect(new URL(refused.location!).searchParams.get('error')).toBe('access_denied')
+    const failed = gateway.audit.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.event === 'federation.failed')
+    expect(failed).toMatchObject([{ provider: 'entra', reason: 'not_allowed', detail: 'the tenant 11111111-2222-4333-8444-555555555555 is not in allow.tenants' }])
   })
 })
