@@ -29,14 +29,6 @@ export interface UpstreamIdpOptions {
   readonly rotateRefreshTokens?: boolean
 }
 
-// node-oidc-provider warns at every start about its development defaults (memory adapter, dev keys, devInteractions):
-// exactly what a test wants, so those lines are dropped. Its warning that Node 20 is not its supported runtime stays.
-const warn = console.warn.bind(console)
-console.warn = (...args: unknown[]) => {
-  if (typeof args[0] === 'string' && args[0].startsWith('oidc-provider WARNING')) return
-  warn(...args)
-}
-
 export async function startUpstreamIdp(options: UpstreamIdpOptions): Promise<UpstreamIdp> {
   let handler: http.RequestListener = (_req, res) => { res.statusCode = 503; res.end() }
   const requests: string[] = []
