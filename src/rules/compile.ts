@@ -231,30 +231,57 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
     })
   })
   rules.sort(compareRules)
-  for (let i = 0; i < rules.length; i++) {
-    for (let j = i + 1; j < rules.length; j++) {
-      const a = rules[i]!
-      const b = rules[j]!
-      if (compareRank(a.rank, b.rank) !== 0) break
-      const methodsOverlap = a.methods === null || b.methods === null
-        ? a.methods === b.methods
-        : [...a.methods].some((method) => b.methods!.has(method))
-      if (!methodsOverlap) continue
-      const samePattern = a.segments.length === b.segments.length && a.segments.every((segment, k) => segment === b.segments[k])
-      // Equally specific patterns that differ can still share paths once a `**` shifts a literal
-      // (`/**/a/**` and `/**/b/**` both match /a/b): no specificity order resolves those either.
-      if (!samePattern && !patternsOverlap(a.segments, b.segments)) continue
-      const later = a.index > b.index ? a : b
-      const earlier = later === a ? b : a
-      problems.push({
-        path: ['routes', later.index, 'path'],
-        message: samePattern
-          ? `ties with routes[${earlier.index}] ("${earlier.id}"): same path shape and overlapping methods`
-          : `ties with routes[${earlier.index}] ("${earlier.id}"): equally specific, both match some paths, overlapping methods`,
-      })
-    }
-  }
+  reportTies(rules, problems)
   return { rules, problems }
+}
+
+/** The literal segments a pattern starts with, up to its first `*` or `**`: two equally ranked rules share a path only if these are equal. */
+function literalPrefix(segments: readonly string[]): string {
+  const end = segments.findIndex((segment) => segment === '*' || segment === '**')
+  return (end === -1 ? segments : segments.slice(0, end)).join('/')
+}
+
+/**
+ * Two rules that tie (equally specific, a path in common, overlapping methods) are an error. Equally ranked rules are
+ * contiguous in the sorted table, and among them only those with the same literal prefix can share a path (the
+ * prefix sits at the same segments in both, before any `**`): compared in those groups, the check stays linear in
+ * the number of routes for a real table rather than quadratic.
+ */
+function reportTies(rules: readonly CompiledRule[], problems: Problem[]): void {
+  for (let start = 0; start < rules.length;) {
+    let end = start + 1
+    while (end < rules.length && compareRank(rules[start]!.rank, rules[end]!.rank) === 0) end++
+    const groups = new Map<string, CompiledRule[]>()
+    for (let i = start; i < end; i++) {
+      const key = literalPrefix(rules[i]!.segments)
+      const group = groups.get(key)
+      if (group) group.push(rules[i]!)
+      else groups.set(key, [rules[i]!])
+    }
+    for (const group of groups.values()) {
+      for (let i = 0; i < group.length; i++) for (let j = i + 1; j < group.length; j++) reportTie(group[i]!, group[j]!, problems)
+    }
+    start = end
+  }
+}
+
+function reportTie(a: CompiledRule, b: CompiledRule, problems: Problem[]): void {
+  const methodsOverlap = a.methods === null || b.methods === null
+    ? a.methods === b.methods
+    : [...a.methods].some((method) => b.methods!.has(method))
+  if (!methodsOverlap) return
+  const samePattern = a.segments.length === b.segments.length && a.segments.every((segment, k) => segment === b.segments[k])
+  // Equally specific patterns that differ can still share paths once a `**` shifts a literal
+  // (`/**/a/**` and `/**/b/**` both match /a/b): no specificity order resolves those either.
+  if (!samePattern && !patternsOverlap(a.segments, b.segments)) return
+  const later = a.index > b.index ? a : b
+  const earlier = later === a ? b : a
+  problems.push({
+    path: ['routes', later.index, 'path'],
+    message: samePattern
+      ? `ties with routes[${earlier.index}] ("${earlier.id}"): same path shape and overlapping methods`
+      : `ties with routes[${earlier.index}] ("${earlier.id}"): equally specific, both match some paths, overlapping methods`,
+  })
 }
 
 /** Every claim path the routes read (conditions and claim headers). */

@@ -13,7 +13,7 @@ import { serveStages } from './refuse.js'
 import { requestHeadProblem } from './request-head.js'
 import { beginRequest } from './request-record.js'
 import { retireWhenIdle, type GatewayRuntime } from './runtime.js'
-import { stagesFor, type StageLists } from './stages.js'
+import { runProxy, stagesFor, type StageLists } from './stages.js'
 import { upstreamHeaders } from './stages/forward.js'
 import { readTarget } from './stages/route.js'
 
@@ -51,8 +51,7 @@ export class GatewayPipeline {
   }
 
   readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
-    const stages = this.lists.proxy
-    serveStages(stages, beginRequest(this.rt, req, res, 'proxy'))
+    serveStages(this.lists.proxy, beginRequest(this.rt, req, res, 'proxy'), runProxy)
   }
 
   private logUpgradeFailure(rt: GatewayRuntime, req: IncomingMessage, failure: GatewayError): void {

@@ -31,23 +31,26 @@ export function refuse(ex: Exchange, error: unknown): void {
   })
 }
 
+/** How a list runs: runStages, or a mode's list written out (stages.ts runProxy). */
+export type Runner = (stages: readonly Stage[], ex: Exchange) => Promise<void> | undefined
+
 /**
- * Runs `stages` on `ex`; a refusal, thrown or rejected later, is answered. With `tracing` on, inside the request's
- * server span (continuing the caller's `traceparent`; a decision's marked `portcullis.mode: decision`), under which
- * the stages' own spans go; off, one test of a module variable is all it costs.
+ * Runs `stages` on `ex` (with `run`); a refusal, thrown or rejected later, is answered. With `tracing` on, inside the
+ * request's server span (continuing the caller's `traceparent`; a decision's marked `portcullis.mode: decision`),
+ * under which the stages' own spans go; off, one test of a module variable is all it costs.
  */
-export function serveStages(stages: readonly Stage[], ex: Exchange): void {
+export function serveStages(stages: readonly Stage[], ex: Exchange, run: Runner = runStages): void {
   const tracer = tracing()
-  if (tracer === null) return runAndRefuse(stages, ex)
+  if (tracer === null) return runAndRefuse(stages, ex, run)
   const { span, context } = tracer.startRequest(ex.req)
   if (ex.described) span.setAttribute('portcullis.mode', 'decision')
   ex.span = span
-  tracer.within(context, () => runAndRefuse(stages, ex))
+  tracer.within(context, () => runAndRefuse(stages, ex, run))
 }
 
-function runAndRefuse(stages: readonly Stage[], ex: Exchange): void {
+function runAndRefuse(stages: readonly Stage[], ex: Exchange, run: Runner): void {
   try {
-    runStages(stages, ex)?.catch((error: unknown) => refuse(ex, error))
+    run(stages, ex)?.catch((error: unknown) => refuse(ex, error))
   } catch (error) {
     refuse(ex, error)
   }

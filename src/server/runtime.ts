@@ -20,6 +20,7 @@ import { compileRules } from '../rules/compile.js'
 import { compileClaimPlan, type ClaimPlan } from '../rules/claim-plan.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
 import type { CompiledRule } from '../rules/compile.js'
+import { RouteIndex } from '../rules/route-index.js'
 import { compileCorsRuntime, type CorsRuntime } from '../cors/policy.js'
 import { DpopGate } from '../dpop/gateway.js'
 import { RateLimiter } from '../ratelimit/limiter.js'
@@ -31,6 +32,8 @@ import type { RequestLog } from './log-output.js'
 
 export interface GatewayRuntime {
   readonly rules: readonly CompiledRule[]
+  /** The rules' index: what the match stage asks (rules/route-index.ts). */
+  readonly routes: RouteIndex
   /** RFC 9728 metadata documents by path; null when no resource is configured. */
   readonly resourceMetadata: ReadonlyMap<string, CompiledResource> | null
   /** CORS; null when no `cors` is configured anywhere: then the pipeline does nothing about it. */
@@ -126,6 +129,7 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
   enterKnownHeaderNames(addedHeaderNames(headerPolicy, plan.headerNames))
   return {
     rules,
+    routes: new RouteIndex(rules),
     resourceMetadata: byMetadataPath.size > 0 ? byMetadataPath : null,
     cors: compileCorsRuntime(config, rules),
     authenticator,

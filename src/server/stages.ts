@@ -12,7 +12,7 @@
  * Rate limits come after authorization: a forged token spends no one's budget, and a request its scopes refuse
  * spends none of the route's (docs/configuration.md, `rate_limits`).
  */
-import type { Stage } from './exchange.js'
+import { runStages, type Exchange, type Stage } from './exchange.js'
 import type { GatewayRuntime } from './runtime.js'
 import { answer, describe, undecidable } from './stages/decide.js'
 import { body, forward } from './stages/forward.js'
@@ -54,4 +54,46 @@ export interface StageLists {
 export function stagesFor(rt: GatewayRuntime): StageLists {
   const pick = (steps: readonly Step[]) => steps.filter((step) => step.when?.(rt) ?? true).map((step) => step.stage)
   return { proxy: pick(PROXY), decision: pick(DECISION), upgrade: pick(UPGRADE) }
+}
+
+/** Resumes `list` after `stage`, once the promise it returned settles (a JWKS fetch, introspection, a body). */
+function resume(list: readonly Stage[], stage: Stage, pending: Promise<void>, ex: Exchange): Promise<void> {
+  const next = list.indexOf(stage) + 1
+  return pending.then(() => (ex.answered ? undefined : runStages(list, ex, next)))
+}
+
+/**
+ * The proxy list run as `runStages(list, ex)` would run it, written out: each stage called by its name, so that
+ * V8 sees ten call sites of one target each (and may inline them) instead of one call site of ten targets. The
+ * order is PROXY's, above; a stage that returns a promise hands the rest of `list` to runStages.
+ */
+export function runProxy(list: readonly Stage[], ex: Exchange): Promise<void> | undefined {
+  const rt = ex.rt
+  normalize(ex)
+  if (ex.answered) return undefined
+  match(ex)
+  if (ex.answered) return undefined
+  if (rt.cors !== null) {
+    cors(ex)
+    if (ex.answered) return undefined
+  }
+  admit(ex)
+  if (ex.answered) return undefined
+  let pending = authenticate(ex)
+  if (pending !== undefined) return resume(list, authenticate, pending, ex)
+  if (ex.answered) return undefined
+  pending = bind(ex)
+  if (pending !== undefined) return resume(list, bind, pending, ex)
+  if (ex.answered) return undefined
+  authorize(ex)
+  if (ex.answered) return undefined
+  if (rt.rateLimiter !== null) {
+    pending = rateLimit(ex)
+    if (pending !== undefined) return resume(list, rateLimit, pending, ex)
+    if (ex.answered) return undefined
+  }
+  pending = body(ex)
+  if (pending !== undefined) return resume(list, body, pending, ex)
+  if (ex.answered) return undefined
+  return forward(ex)
 }

@@ -8,7 +8,7 @@ import { answerPreflight, isPreflight } from '../../cors/preflight.js'
 import { hasBody } from '../../forward/request-body.js'
 import { refuseForeignOrigin } from '../../mcp/origin.js'
 import type { CompiledRule } from '../../rules/compile.js'
-import { allowedMethods, matchSplitRule } from '../../rules/match.js'
+import { allowedMethods, matchSplitRule, type RouteIndex } from '../../rules/match.js'
 import { splitRequestTarget } from '../../rules/normalize.js'
 import { splitPath } from '../../rules/segments.js'
 import type { Exchange } from '../exchange.js'
@@ -16,10 +16,10 @@ import { requestHeadProblem } from '../request-head.js'
 import { serveResourceMetadata } from '../resource-metadata.js'
 
 /** The rule for this method and path (split once: claim conditions read its segments too), or 404 / 405. */
-export function matchOrThrow(rules: readonly CompiledRule[], method: string, path: string, segments: readonly string[]): CompiledRule {
-  const rule = matchSplitRule(rules, method, path, segments)
+export function matchOrThrow(routes: RouteIndex, method: string, path: string, segments: readonly string[]): CompiledRule {
+  const rule = matchSplitRule(routes, method, path, segments)
   if (rule) return rule
-  const allow = allowedMethods(rules, path)
+  const allow = allowedMethods(routes, path)
   throw allow.length > 0 ? new MethodNotAllowed(allow) : new NoMatchingRoute()
 }
 
@@ -57,7 +57,7 @@ export function match(ex: Exchange): undefined {
   const req = ex.req
   const preflight = rt.cors !== null && ex.mode === 'proxy' && req.headers.origin !== undefined && isPreflight(req)
   const method = preflight ? req.headers['access-control-request-method'] as string : req.method ?? 'GET'
-  const rule = matchOrThrow(rt.rules, method, ex.path, ex.segments)
+  const rule = matchOrThrow(rt.routes, method, ex.path, ex.segments)
   ex.preflight = preflight
   if (preflight) {
     ex.rule = rule
@@ -103,7 +103,7 @@ export function cors(ex: Exchange): undefined {
     }
     // `cors: false` on the announced route: an OPTIONS request like any other.
     ex.preflight = false
-    enter(ex, matchOrThrow(ex.rt.rules, req.method ?? 'GET', ex.path, ex.segments))
+    enter(ex, matchOrThrow(ex.rt.routes, req.method ?? 'GET', ex.path, ex.segments))
     return undefined
   }
   ex.cors = corsAnswer(ex.rule.cors, origin, req.method)

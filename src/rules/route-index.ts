@@ -1,0 +1,101 @@
+/**
+ * The route table's index: the same answer as trying every rule in order, most specific first (compile.ts), in
+ * time that does not grow with the number of routes. Each rule is filed under its literal prefix (its segments
+ * up to the first `*`, `{name}` or `**`) in a tree keyed by segment. A rule can match a path only if the path
+ * starts with that prefix (a literal matches only its own canonical spelling, and nothing before the prefix
+ * can shift it), so the candidates for a path are the rules filed along the path's own walk down the tree: a
+ * handful of short lists, tried in the table's order. Small tables are scanned as before (as fast, and simpler).
+ */
+import type { CompiledRule } from './compile.js'
+import { matchSegments } from './segments.js'
+
+/** Up to this many rules a scan of all of them costs no more than the walk. */
+const SCAN_UP_TO = 32
+
+interface Node {
+  readonly children: Map<string, Node>
+  /** Positions in the table (ascending: most specific first) of the rules whose literal prefix ends here. */
+  readonly rules: number[]
+}
+
+const newNode = (): Node => ({ children: new Map(), rules: [] })
+
+function literalPrefixLength(segments: readonly string[]): number {
+  let i = 0
+  while (i < segments.length && segments[i] !== '*' && segments[i] !== '**') i++
+  return i
+}
+
+export class RouteIndex {
+  private readonly root: Node | null
+
+  /** @param rules the compiled table, most specific first */
+  constructor(readonly rules: readonly CompiledRule[]) {
+    if (rules.length <= SCAN_UP_TO) {
+      this.root = null
+      return
+    }
+    const root = newNode()
+    rules.forEach((rule, position) => {
+      let node = root
+      const end = literalPrefixLength(rule.segments)
+      for (let i = 0; i < end; i++) {
+        const segment = rule.segments[i]!
+        let child = node.children.get(segment)
+        if (!child) node.children.set(segment, child = newNode())
+        node = child
+      }
+      node.rules.push(position)
+    })
+    this.root = root
+  }
+
+  /** The candidate lists along the path's walk down the tree, root first. */
+  private candidates(root: Node, segments: readonly string[]): number[][] {
+    const lists: number[][] = []
+    let node: Node | undefined = root
+    for (let depth = 0; node !== undefined; depth++) {
+      if (node.rules.length > 0) lists.push(node.rules)
+      if (depth === segments.length) break
+      node = node.children.get(segments[depth]!)
+    }
+    return lists
+  }
+
+  /** The most specific rule for this method and the path's segments, or undefined. */
+  match(method: string, segments: readonly string[]): CompiledRule | undefined {
+    const { rules, root } = this
+    if (root === null) {
+      for (let i = 0; i < rules.length; i++) {
+        const rule = rules[i]!
+        if ((rule.methods === null || rule.methods.has(method)) && matchSegments(rule.segments, segments)) return rule
+      }
+      return undefined
+    }
+    const lists = this.candidates(root, segments)
+    const cursors = new Array<number>(lists.length).fill(0)
+    // Merge the lists by table position: the first rule that matches is the one the full scan would find.
+    for (;;) {
+      let best = -1
+      let pick = -1
+      for (let k = 0; k < lists.length; k++) {
+        const position = lists[k]![cursors[k]!]
+        if (position !== undefined && (best === -1 || position < best)) {
+          best = position
+          pick = k
+        }
+      }
+      if (pick === -1) return undefined
+      cursors[pick]!++
+      const rule = rules[best]!
+      if ((rule.methods === null || rule.methods.has(method)) && matchSegments(rule.segments, segments)) return rule
+    }
+  }
+
+  /** Every rule whose pattern matches the path, whatever its methods (for a 405's `Allow`). */
+  matchingAnyMethod(segments: readonly string[]): CompiledRule[] {
+    const { rules, root } = this
+    const all = root === null ? rules : this.candidates(root, segments).flat().map((position) => rules[position]!)
+    return all.filter((rule) => matchSegments(rule.segments, segments))
+  }
+}
