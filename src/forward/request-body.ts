@@ -138,7 +138,8 @@ export interface BodyLimits {
  */
 export async function requestBody(req: IncomingMessage, rule: BodyLimits, policy: BodyPolicy, multiplexed = false): Promise<Readable | Buffer | null> {
   if (!hasBody(req)) return null
-  if (multiplexed && isGrpcRequest(req)) return streamCall(req, rule.maxBodySize)
+  // A gRPC call is an HTTP/2 request: `application/grpc` over HTTP/1.1 is watched like any other body.
+  if (multiplexed && isHttp2Request(req) && isGrpcRequest(req)) return streamCall(req, rule.maxBodySize)
   const length = req.headers['content-length']
   const declared = length === undefined ? undefined : Number(length)
   if (declared !== undefined && !(declared <= rule.maxBodySize)) throw new RequestTooLarge(rule.maxBodySize)

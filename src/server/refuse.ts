@@ -13,7 +13,8 @@ export function refuse(ex: Exchange, error: unknown): void {
   const { rt, req } = ex
   const failure = noteFailure(rt, ex, error)
   const res = ex.res!
-  const grpc = isGrpcRequest(req)
+  // gRPC needs HTTP/2 (gRPC over HTTP2 §Protocol): `application/grpc` over HTTP/1.1 is no call and gets plain HTTP answers.
+  const grpc = isHttp2Request(req) && isGrpcRequest(req)
   if (grpc) ex.grpcStatus = grpcStatusOf(failure)
   // A decision's answer never closes the proxy's connection, and carries no CORS: the proxy's client sees the proxy's.
   if (ex.mode === 'decision') return renderError(res, failure, { realm: rt.realm, resource: ex.resourceMetadata })

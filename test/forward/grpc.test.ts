@@ -3,6 +3,7 @@
  * knowledge) or TLS (h2 by ALPN, call credentials), the service over h2c. A refusal is a gRPC status as the
  * client library reports it, and never reaches the service.
  */
+import net from 'node:net'
 import { describe, expect, it, type TestContext } from 'vitest'
 import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
 import { startGateway, testConfig, type RunningGateway } from '../support/gateway.js'
@@ -290,5 +291,24 @@ describe('gRPC over TLS (h2 by ALPN) with call credentials', () => {
     await new Promise((resolve) => chat.on('status', resolve))
     expect(service.calls.map((call) => call.method)).toEqual(['Unary', 'Countdown', 'Chat'])
     expect(service.calls.every((call) => call.metadata['x-auth-subject'] !== undefined)).toBe(true)
+  })
+
+  it('an HTTP/1.1 request saying application/grpc is no gRPC call: its body to the HTTP/2 upstream is watched (408), its refusal plain HTTP', async ({ onTestFinished }) => {
+    const { service, gateway } = await setup(onTestFinished, { extra: { server: { http2: { cleartext: true }, body_timeout: '1s' } } })
+    const socket = net.connect({ port: gateway.port, host: '127.0.0.1' })
+    onTestFinished(() => { socket.destroy() })
+    const answer = new Promise<string>((resolve) => {
+      let text = ''
+      socket.setEncoding('latin1')
+      socket.on('data', (chunk: string) => { text += chunk; if (text.includes('\r\n\r\n')) resolve(text) })
+      socket.on('close', () => resolve(text))
+    })
+    socket.on('connect', () => {
+      socket.write('POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: gw\r\nContent-Type: application/grpc\r\nTE: trailers\r\nContent-Length: 1000\r\n\r\nx')
+    })
+    const head = await answer
+    expect(head.split('\r\n')[0]).toBe('HTTP/1.1 408 Request Timeout')
+    expect(head.toLowerCase()).not.toContain('grpc-status')
+    expect(service.calls).toHaveLength(0)
   })
 })

@@ -61,6 +61,23 @@ describe('slow request bodies (issue 15, item 2)', () => {
     await vi.waitFor(() => expect(gateway.logs.join('')).toContain('"error":"request_timeout"'))
   })
 
+  it('a body that says it is gRPC (application/grpc) but goes to an HTTP/1.1 upstream is watched like any other: 408, no upstream connection', async ({ onTestFinished }) => {
+    const { upstream, gateway } = await setup(onTestFinished, { server: { body_timeout: '1s' } })
+    const socket = net.connect({ port: gateway.port, host: '127.0.0.1' })
+    onTestFinished(() => { socket.destroy() })
+    const answer = new Promise<string>((resolve) => {
+      socket.setEncoding('latin1')
+      socket.on('data', (chunk: string) => resolve(chunk.split('\r\n')[0]!))
+      socket.on('close', () => resolve(''))
+    })
+    socket.on('connect', () => {
+      socket.write('POST /hook/x HTTP/1.1\r\nHost: gw\r\nContent-Type: application/grpc\r\nTE: trailers\r\nContent-Length: 1000\r\n\r\nx')
+    })
+    expect(await answer).toBe('HTTP/1.1 408 Request Timeout')
+    expect(upstream.connections).toBe(0)
+    expect(upstream.requests).toHaveLength(0)
+  })
+
   it('answers 408 to a streamed body that pauses longer than body_timeout, and aborts the upstream request', async ({ onTestFinished }) => {
     const { upstream, gateway } = await setup(onTestFinished, { server: { body_timeout: '1s', body_buffer_size: '1kb' } })
     const socket = net.connect(gateway.port, '127.0.0.1')
