@@ -259,6 +259,11 @@ function resolveAuthServerPaths(as: AuthorizationServerConfig, resolve: (file: s
   }
 }
 
+/** A loaded config, frozen as `loadConfig` returns it (one that crossed from a worker thread comes unfrozen). */
+export function freezeConfig(config: GatewayConfig): GatewayConfig {
+  return deepFreeze(config)
+}
+
 function deepFreeze<T>(value: T): T {
   if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
     Object.freeze(value)

@@ -12,6 +12,7 @@ import { Server as TlsServer } from 'node:tls'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import { ConfigError, loadConfig } from '../check/load.js'
+import { loadConfigOffThread } from '../check/load-off-thread.js'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { parseListen } from '../config/listen.js'
@@ -171,7 +172,8 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
     // A watch event for a file that did not change (a touch, a second event of one save) is no reload.
     if (trigger === 'watch' && nextText === text) return true
     try {
-      const next = loadConfig(file, nextText, env)
+      // Off the event loop: a large file takes long enough to parse and check that requests would wait for it.
+      const next = await loadConfigOffThread(file, nextText, env)
       const needsRestart = gateway.gateway.applyConfig(next)
       config = next
       text = nextText

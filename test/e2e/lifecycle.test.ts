@@ -315,19 +315,34 @@ async function startCli(context: TestContext, text: string): Promise<{ child: Ch
 }
 
 describe('signals (the compiled CLI)', () => {
-  it('SIGHUP reloads the file', async (context) => {
+  /** The compiled CLI serving `config(...)` on a port of its own, once it answers. */
+  async function servingCli(context: TestContext) {
     const { upstream, issuer } = await fixtures(context)
     const port = await closedPort()
     const base = { ...config(upstream, issuer), server: { listen: `127.0.0.1:${port}` }, admin: undefined }
     const { child, lines } = await startCli(context, stringify(base))
     const token = await issuer.sign({ scope: 'orders:read' })
     await waitFor(async () => (await get(`http://127.0.0.1:${port}/orders/1`, token).catch(() => ({ status: 0 }))).status === 200)
+    return { child, lines, base, port, token }
+  }
+
+  it('SIGHUP reloads the file', async (context) => {
+    const { child, lines, base, port, token } = await servingCli(context)
     const file = child.spawnargs.at(-1)!
     writeFileSync(file, stringify({ ...base, routes: [{ id: 'orders', path: '/orders/**', upstream: 'main', scopes: { all: ['orders:admin'] } }] }))
     child.kill('SIGHUP')
     await waitFor(async () => (await get(`http://127.0.0.1:${port}/orders/1`, token)).status === 403)
     // The file watch may reload first; the signal reloads all the same, and says so.
     await waitFor(() => lines.some((line) => line.includes('"trigger":"SIGHUP"') && line.includes('"msg":"config reloaded"')))
+  })
+
+  it('SIGHUP with a broken file: the worker thread\'s problems are logged with file:line:col, and the config in service stays', async (context) => {
+    const { child, lines, base, port, token } = await servingCli(context)
+    const file = child.spawnargs.at(-1)!
+    writeFileSync(file, stringify({ ...base, routes: [{ id: 'orders', path: '/orders/**', upstream: 'nowhere' }] }))
+    child.kill('SIGHUP')
+    await waitFor(() => lines.some((line) => line.includes('config reload failed') && /portcullis\.yaml:\d+:\d+ +routes\[0\]\.upstream: unknown upstream/.test(line)))
+    expect((await get(`http://127.0.0.1:${port}/orders/1`, token)).status).toBe(200)
   })
 
   it('SIGTERM with a slow request in flight lets it finish, then exits 0', async (context) => {

@@ -1,0 +1,117 @@
+// Does a hot reload of a large route table stall requests in flight? (a measurement, not a test)
+//   npm run build && node bench/reload.mjs [--routes 10000] [--rate 400] [--seconds 8] [--reloads 3] [--against DIR]
+// Starts `portcullis start` (this build, or DIR's) with `routes` routes to the built-in echo upstream, sends
+// requests on a fixed schedule (open loop: one every 1/rate s, whatever the answers do), and SIGHUPs a changed file
+// `reloads` times, a second and a half apart, from the second second on. Each request's latency is put in the
+// window it was sent in: during a reload (from the signal to the "config reloaded" line, plus 100 ms) or not.
+// Prints p50/p99/max of both, and each reload's duration from the log.
+import { spawn } from 'node:child_process'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { performance } from 'node:perf_hooks'
+import { clearInterval, setInterval } from 'node:timers'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { parseArgs } from 'node:util'
+import { Agent, request } from 'undici'
+import { stringify } from 'yaml'
+
+const { values: opts } = parseArgs({
+  options: {
+    routes: { type: 'string', default: '10000' }, rate: { type: 'string', default: '400' }, seconds: { type: 'string', default: '8' },
+    reloads: { type: 'string', default: '3' }, against: { type: 'string' },
+  },
+})
+const root = path.resolve(opts.against ?? path.join(import.meta.dirname, '..'))
+const ROUTES = Number(opts.routes)
+const RATE = Number(opts.rate)
+const SECONDS = Number(opts.seconds)
+const RELOADS = Number(opts.reloads)
+const PORT = 20000 + Math.floor(Math.random() * 20000)
+
+function configText(generation) {
+  const routes = []
+  for (let i = 0; routes.length < ROUTES; i++) {
+    routes.push(
+      { id: `list-${i}`, path: `/svc-${i}/v1/items`, upstream: 'echo', auth: 'none', methods: ['GET', 'POST'] },
+      { id: `item-${i}`, path: `/svc-${i}/v1/items/{id}`, upstream: 'echo', auth: 'none', methods: ['GET', 'PUT', 'DELETE'] },
+      { id: `search-${i}`, path: `/svc-${i}/v1/*/search`, upstream: 'echo', auth: 'none', methods: ['GET'] },
+      { id: `rest-${i}-g${generation}`, path: `/svc-${i}/**`, upstream: 'echo', auth: 'none' },
+    )
+  }
+  return stringify({ server: { listen: `127.0.0.1:${PORT}` }, log: { level: 'info' }, upstreams: { echo: { url: 'builtin:echo' } }, routes: routes.slice(0, ROUTES) })
+}
+
+const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-reload-'))
+const file = path.join(dir, 'portcullis.yaml')
+writeFileSync(file, configText(0))
+const child = spawn(process.execPath, ['--max-semi-space-size=64', path.join(root, 'dist/cli.js'), 'start', '--config', file],
+  { stdio: ['ignore', 'pipe', 'inherit'] })
+const reloaded = []
+let buffer = ''
+child.stdout.setEncoding('utf8').on('data', (chunk) => {
+  buffer += chunk
+  let nl
+  while ((nl = buffer.indexOf('\n')) !== -1) {
+    const line = buffer.slice(0, nl)
+    buffer = buffer.slice(nl + 1)
+    if (line.includes('"config reloaded"')) reloaded.push(performance.now())
+  }
+})
+const agent = new Agent({ connections: 64, pipelining: 1 })
+const base = `http://127.0.0.1:${PORT}`
+for (let tries = 0; ; tries++) {
+  try {
+    const res = await request(`${base}/svc-1/v1/items`, { dispatcher: agent })
+    await res.body.dump()
+    if (res.statusCode === 200) break
+  } catch { /* not listening yet */ }
+  if (tries > 600) throw new Error('portcullis did not start')
+  await sleep(100)
+}
+
+const samples = []
+const signals = []
+const started = performance.now()
+const services = Math.floor(ROUTES / 4)
+let sent = 0
+const inFlight = []
+const tick = async () => {
+  const due = Math.floor(((performance.now() - started) / 1000) * RATE)
+  while (sent < due) {
+    const n = sent++
+    const at = performance.now()
+    const path = `/svc-${(n * 7919) % services}/v1/items/${n}`
+    inFlight.push(request(`${base}${path}`, { dispatcher: agent, method: 'PUT', body: '' }).then(async (res) => {
+      await res.body.dump()
+      samples.push({ at, ms: performance.now() - at, status: res.statusCode })
+    }, () => samples.push({ at, ms: performance.now() - at, status: 0 })))
+  }
+}
+const timer = setInterval(tick, 1)
+for (let r = 1; r <= RELOADS; r++) {
+  await sleep(r === 1 ? 2000 : 1500)
+  writeFileSync(file, configText(r))
+  signals.push(performance.now())
+  child.kill('SIGHUP')
+}
+await sleep(Math.max(0, SECONDS * 1000 - (performance.now() - started)))
+clearInterval(timer)
+await Promise.all(inFlight)
+child.kill('SIGTERM')
+await agent.close()
+
+const windows = signals.map((signal) => [signal, (reloaded.find((at) => at > signal) ?? signal) + 100])
+const during = (at) => windows.some(([from, to]) => at >= from && at <= to)
+const stats = (list) => {
+  const ms = list.map((sample) => sample.ms).sort((a, b) => a - b)
+  const q = (p) => ms[Math.min(ms.length - 1, Math.floor(p * ms.length))]?.toFixed(2)
+  return { requests: ms.length, p50: q(0.5), p99: q(0.99), max: ms.at(-1)?.toFixed(2), failed: list.filter((sample) => sample.status !== 200).length }
+}
+const steady = samples.filter((sample) => !during(sample.at))
+const reloading = samples.filter((sample) => during(sample.at))
+console.log(JSON.stringify({
+  build: root, routes: ROUTES, rate: RATE,
+  reloadMs: windows.map(([from, to]) => Math.round(to - 100 - from)),
+  steady: stats(steady), duringReload: stats(reloading),
+}))
