@@ -45,14 +45,17 @@ export function hasEmbeddedPrefix(token: string): boolean {
 
 /**
  * The embedded server's opaque tokens are rows, not claim sets: conditions and claim headers read the
- * claims its JWTs would carry (iss, sub, client_id, scope, exp, jti, aud).
+ * claims its JWTs would carry (iss, sub, client_id, scope, exp, jti, aud, and those of `access_token.claims`).
  * @param kept the top-level claims principals keep (AuthenticatorOptions.keptClaims)
  */
 export function withEmbeddedClaims(principal: Principal, kept: readonly string[] | undefined): Principal {
-  if (!kept?.length) return principal
+  // The record's user claims (`authorization_server.access_token.claims`), as a JWT of the same grant carries them.
+  const { claims: userClaims, ...rest } = principal
+  if (!kept?.length) return userClaims === undefined ? principal : rest
   const claims = keepClaims({
+    ...userClaims,
     iss: principal.issuer, sub: principal.subject, client_id: principal.clientId, scope: principal.scopes.join(' '),
     exp: principal.expiresAt, jti: principal.jti, aud: principal.audience,
   }, kept)
-  return { ...principal, claims }
+  return { ...rest, claims }
 }

@@ -38,6 +38,8 @@ export function registerIntrospection(app: FastifyInstance, ctx: AuthServerConte
       const accessRecord = found.record
       if (accessRecord.clientId !== client.clientId && !accessRecord.aud.includes(client.clientId)) return reply.send(INACTIVE)
       return reply.send(JSON.stringify({
+        // `access_token.claims` first (RFC 7662 §2.2 allows more members): none stands in for one below.
+        ...(typeof accessRecord.claims === 'object' && accessRecord.claims),
         active: true,
         scope: accessRecord.scope,
         client_id: accessRecord.clientId,

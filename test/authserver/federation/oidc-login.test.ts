@@ -207,3 +207,36 @@ describe('preset: entra, with Entra-shaped claims', () => {
     expect(failed).toMatchObject([{ provider: 'entra', reason: 'not_allowed', detail: 'the tenant 11111111-2222-4333-8444-555555555555 is not in allow.tenants' }])
   })
 })
+
+describe('groups to route rules with opaque access tokens', () => {
+  let setup: FederatedSetup | undefined
+  afterEach(async () => { await setup?.close(); setup = undefined })
+
+  it('access_token.claims reaches a claim condition through the opaque token\'s record as through a JWT', async () => {
+    setup = await startFederated([{ id: 'corp', upstream: { accounts: ACCOUNTS } }],
+      {
+        access_token: { audience: ['orders-api'], claims: ['groups'], format: 'opaque' },
+        clients: [APP_CLIENT, { client_id: 'orders-api', client_secret: 'orders-api-secret-0123456789', grant_types: ['client_credentials'], scopes: [] }],
+      },
+      { routes: [
+        { id: 'admin', path: '/api/admin/**', upstream: 'echo', auth: 'required', claims: { all: [{ claim: 'groups', contains: 'orders-admins' }] } },
+        { id: 'api', path: '/api/**', upstream: 'echo', auth: 'required' },
+      ] })
+    const { gateway, upstreams: [upstream] } = setup
+    const alice = await redeem(gateway, (await federatedSignIn(new FormBrowser(gateway.url), upstream!, 'alice')).location)
+    const bob = await redeem(gateway, (await federatedSignIn(new FormBrowser(gateway.url), upstream!, 'bob')).location)
+    expect(String(alice.access_token)).not.toContain('.')
+    const call = (token: unknown) => fetch(`${gateway.url}/api/admin/reports`, { headers: { authorization: `Bearer ${String(token)}` } })
+    expect((await call(alice.access_token)).status).toBe(200)
+    const refused = await call(bob.access_token)
+    expect(refused.status).toBe(403)
+    expect(await refused.json()).toMatchObject({ error: 'access_denied' })
+    // RFC 7662: the resource server's introspection shows them too.
+    const introspected = await fetch(`${gateway.url}/introspect`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${Buffer.from('orders-api:orders-api-secret-0123456789').toString('base64')}` },
+      body: new URLSearchParams({ token: String(alice.access_token) }),
+    })
+    expect(await introspected.json()).toMatchObject({ active: true, sub: 'corp:alice', groups: ['staff', 'orders-admins'] })
+  })
+})
