@@ -29,6 +29,8 @@ export const Server = Strict({
     idle_timeout: Type.Optional(Duration),
   })),
   shutdown_timeout: Type.Optional(Duration),
+  // How long an idle HTTP/1.1 keep-alive connection stays open: longer than a load balancer's own idle timeout.
+  keep_alive_timeout: Type.Optional(Duration),
   // http:// off loopback for issuer keys, discovery, introspection and the embedded issuer (lint.ts): an error without it.
   allow_insecure_http: Type.Optional(Type.Boolean()),
   body_buffer_size: Type.Optional(Size),
