@@ -4,6 +4,7 @@
  * people in (an e-mail domain rule on addresses nobody verified, a multi-tenant Entra app open to every tenant).
  */
 import { readable } from '../config/files.js'
+import { isLoopbackHost } from '../config/loopback.js'
 import type { AuthorizationServerConfig, GatewayConfig, IdentityProviderConfig } from '../config/schema.js'
 import type { Problem } from '../common/problem.js'
 import { compilePath } from '../claims/conditions.js'
@@ -16,11 +17,6 @@ const RESERVED_CLAIMS = new Set(['iss', 'sub', 'aud', 'exp', 'nbf', 'iat', 'jti'
 /** Entra's issuers that are not one tenant: anyone with an account in any tenant could sign in. */
 const ENTRA_SHARED_TENANTS = /^https:\/\/login\.microsoftonline\.com\/(organizations|common|consumers)\/v2\.0\/?$/
 
-function isLoopback(url: string): boolean {
-  const { hostname } = new URL(url)
-  return hostname === 'localhost' || hostname === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname)
-}
-
 function lintProvider(config: GatewayConfig, provider: IdentityProviderConfig, at: Array<string | number>, problems: Problem[]): void {
   const as = config.authorization_server!
   const preset = provider.preset !== undefined ? IDENTITY_PRESETS[provider.preset] : undefined
@@ -31,7 +27,7 @@ function lintProvider(config: GatewayConfig, provider: IdentityProviderConfig, a
   if (kind === 'oidc' && provider.github !== undefined) problems.push({ path: [...at, 'github'], message: 'is only used with preset: github' })
   const urls = kind === 'github' ? [provider.github?.web_url, provider.github?.api_url] : [issuer]
   for (const url of urls) {
-    if (url !== undefined && url.startsWith('http:') && !isLoopback(url) && !config.server?.allow_insecure_http) {
+    if (url !== undefined && url.startsWith('http:') && !isLoopbackHost(new URL(url).hostname) && !config.server?.allow_insecure_http) {
       problems.push({ path: [...at, kind === 'github' ? 'github' : 'issuer'], message: 'uses http:// off loopback: the sign-in\'s code and tokens would cross the network in clear; use https://, or set server.allow_insecure_http: true' })
     }
   }

@@ -22,12 +22,15 @@ export function matchSplitRule(table: RouteIndex, method: string, path: string, 
   return table.match(method, segments)
 }
 
-/** Methods some rule accepts for this path: empty means 404, otherwise 405 with this `Allow`. */
-export function allowedMethods(table: RouteIndex | readonly CompiledRule[], path: string): string[] {
+/**
+ * Methods some rule accepts for this path: empty means 404, otherwise 405 with this `Allow`.
+ * @param segments the path's, when the caller has split it already ({@link splitPath})
+ */
+export function allowedMethods(table: RouteIndex | readonly CompiledRule[], path: string, segments?: readonly string[]): string[] {
   if (!path.startsWith('/')) return []
   const index = table instanceof RouteIndex ? table : new RouteIndex(table)
   const allowed = new Set<string>()
-  for (const rule of index.matchingAnyMethod(splitPath(path))) {
+  for (const rule of index.matchingAnyMethod(segments ?? splitPath(path))) {
     for (const method of rule.methods ?? ROUTABLE_METHODS) allowed.add(method)
   }
   return [...allowed]

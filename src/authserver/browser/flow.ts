@@ -10,7 +10,7 @@ import { ConsentRequired, GatewayError, LoginRequired, ServerError } from '../..
 import { issueAuthorizationCode } from '../authorization-codes.js'
 import type { AuthServerContext } from '../context.js'
 import { hasConsent } from './consent.js'
-import { finishInteraction, startInteraction, type AuthorizationRequest } from './interaction.js'
+import { finishInteraction, startInteraction, type AuthorizationRequest, type Interaction } from './interaction.js'
 import { sendErrorPage, sendRedirect } from './page.js'
 import type { BrowserSession } from './session.js'
 
@@ -117,4 +117,31 @@ export async function continueAuthorization(ctx: AuthServerContext, reply: Fasti
   // An interaction under way is answered once, here or on the consent page, whichever comes first.
   if (interaction && !(await finishInteraction(ctx, interaction.id))) return sendAnsweredPage(reply)
   return sendCode(ctx, reply, method, request, session)
+}
+
+/**
+ * A user has just logged in (the form, or an identity provider's callback): logged and audited, then a device's user
+ * goes back to /device with the code, and an authorization request on to consent or its code.
+ * @param provider the `identity_providers[].id` of a federated login
+ */
+export async function continueAfterLogin(ctx: AuthServerContext, reply: FastifyReply,
+  login: { interactionId: string; interaction: Interaction; session: BrowserSession; provider?: string }): Promise<FastifyReply> {
+  const { interactionId, interaction, session, provider } = login
+  const { request } = reply
+  const { user } = session
+  request.log.info({ sub: user.sub, ...(provider !== undefined && { provider }) }, 'login succeeded')
+  ctx.audit.emit('login.succeeded', {
+    sub: user.sub, username: user.username, flow: interaction.kind, ...(provider !== undefined && { provider }),
+    ...(interaction.kind === 'authorize' && { client_id: interaction.request.clientId }), ip: request.ip, req_id: request.id,
+  })
+  if (interaction.kind === 'device') {
+    await finishInteraction(ctx, interactionId)
+    const query = interaction.userCode !== undefined ? `?user_code=${encodeURIComponent(interaction.userCode)}` : ''
+    return sendRedirect(reply, request.method, `${ctx.settings.prefix}/device${query}`)
+  }
+  return continueAuthorization(ctx, reply, request.method, {
+    request: interaction.request,
+    session,
+    interaction: { id: interactionId, ...(interaction.notBefore !== undefined && { notBefore: interaction.notBefore }) },
+  })
 }

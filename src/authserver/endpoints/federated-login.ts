@@ -7,7 +7,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { AccessDenied } from '../../errors/oauth-errors.js'
-import { continueAuthorization, sendErrorRedirect } from '../browser/flow.js'
+import { continueAfterLogin, sendErrorRedirect } from '../browser/flow.js'
 import { findInteraction, finishInteraction, type Interaction } from '../browser/interaction.js'
 import { html, pageErrorHandler, sendErrorPage, sendPage, sendRedirect } from '../browser/page.js'
 import { startSession } from '../browser/session.js'
@@ -135,21 +135,7 @@ async function callback(ctx: AuthServerContext, provider: FederatedProvider, req
     authTime: identity.authTime,
     upstreamIdToken: provider.settings.logoutUpstream ? identity.idToken : undefined,
   })
-  request.log.info({ sub: user.sub, provider: id }, 'login succeeded')
-  ctx.audit.emit('login.succeeded', {
-    sub: user.sub, username: user.username, flow: interaction.kind, provider: id,
-    ...(interaction.kind === 'authorize' && { client_id: interaction.request.clientId }), ip: request.ip, req_id: request.id,
-  })
-  if (interaction.kind === 'device') {
-    await finishInteraction(ctx, interactionId)
-    const query = interaction.userCode !== undefined ? `?user_code=${encodeURIComponent(interaction.userCode)}` : ''
-    return sendRedirect(reply, 'GET', `${ctx.settings.prefix}/device${query}`)
-  }
-  return continueAuthorization(ctx, reply, 'GET', {
-    request: interaction.request,
-    session,
-    interaction: { id: interactionId, ...(interaction.notBefore !== undefined && { notBefore: interaction.notBefore }) },
-  })
+  return continueAfterLogin(ctx, reply, { interactionId, interaction, session, provider: id })
 }
 
 /** Mounts `<issuer>/login/<id>` and `<issuer>/callback/<id>` for every provider; returns their paths. */

@@ -7,10 +7,10 @@
  * and continues the interaction.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { continueAuthorization } from '../browser/flow.js'
-import { findInteraction, finishInteraction, type Interaction } from '../browser/interaction.js'
+import { continueAfterLogin } from '../browser/flow.js'
+import { findInteraction, type Interaction } from '../browser/interaction.js'
 import { reserveAttempt } from '../browser/lockout.js'
-import { csrfField, html, pageErrorHandler, sendPage, sendRedirect } from '../browser/page.js'
+import { csrfField, html, pageErrorHandler, sendPage } from '../browser/page.js'
 import { startSession } from '../browser/session.js'
 import type { AuthServerContext } from '../context.js'
 import { parseForm } from '../http.js'
@@ -97,21 +97,7 @@ async function login(ctx: AuthServerContext, request: FastifyRequest, reply: Fas
   }
   await attempt.release()
   const session = await startSession(ctx, request, reply, user)
-  request.log.info({ sub: user.sub }, 'login succeeded')
-  ctx.audit.emit('login.succeeded', {
-    sub: user.sub, username: user.username, flow: interaction.kind,
-    ...(interaction.kind === 'authorize' && { client_id: interaction.request.clientId }), ip: request.ip, req_id: request.id,
-  })
-  if (interaction.kind === 'device') {
-    await finishInteraction(ctx, interactionId)
-    const query = interaction.userCode !== undefined ? `?user_code=${encodeURIComponent(interaction.userCode)}` : ''
-    return sendRedirect(reply, 'POST', `${ctx.settings.prefix}/device${query}`)
-  }
-  return continueAuthorization(ctx, reply, 'POST', {
-    request: interaction.request,
-    session,
-    interaction: { id: interactionId, ...(interaction.notBefore !== undefined && { notBefore: interaction.notBefore }) },
-  })
+  return continueAfterLogin(ctx, reply, { interactionId, interaction, session })
 }
 
 /** Mounts GET and POST `${prefix}/login`; returns its path. */

@@ -59,11 +59,6 @@ export class AccountDirectory {
     return typeof opened.k === 'string' ? opened.k : undefined
   }
 
-  /** Replaces the kept credential (a rotated upstream refresh token), keeping the rest. */
-  async replaceCredential(user: User & { provider: string }, credential: string): Promise<void> {
-    await this.save(user, credential)
-  }
-
   /** Forgets a federated account (its upstream said it is gone). */
   async forget(sub: string): Promise<void> {
     await this.store.destroy('account', sub)

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs'
 import { importJWK, importPKCS8, type CryptoKey, type JWK } from 'jose'
 import { parseClaimPath, type ClaimPath } from '../../claims/path.js'
 import type { IdentityProviderConfig } from '../../config/schema.js'
+import { isLoopbackHost } from '../../config/loopback.js'
 import { parseDuration } from '../../config/units.js'
 import { GENERIC_OIDC, IDENTITY_PRESETS, type PresetDefaults } from './presets.js'
 
@@ -70,12 +71,6 @@ async function clientAuthOf(config: IdentityProviderConfig): Promise<UpstreamCli
   return secret !== undefined ? { method: 'client_secret_basic', secret } : { method: 'none' }
 }
 
-function isLoopbackUrl(url: string | undefined): boolean {
-  if (url === undefined) return false
-  const { hostname } = new URL(url)
-  return hostname === 'localhost' || hostname === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname)
-}
-
 export async function resolveIdentityProvider(config: IdentityProviderConfig, allowInsecureHttp: boolean): Promise<IdentityProviderSettings> {
   const defaults = defaultsOf(config)
   const subjectPaths = config.subject?.claim === undefined ? defaults.subject
@@ -109,6 +104,6 @@ export async function resolveIdentityProvider(config: IdentityProviderConfig, al
     refreshCheck: config.refresh_check ?? false,
     timeoutMs: parseDuration(config.timeout ?? '10s'),
     github,
-    allowHttp: allowInsecureHttp || upstreamUrls.every(isLoopbackUrl),
+    allowHttp: allowInsecureHttp || upstreamUrls.every((url) => url !== undefined && isLoopbackHost(new URL(url).hostname)),
   }
 }

@@ -19,7 +19,7 @@ import { serveResourceMetadata } from '../resource-metadata.js'
 export function matchOrThrow(routes: RouteIndex, method: string, path: string, segments: readonly string[]): CompiledRule {
   const rule = matchSplitRule(routes, method, path, segments)
   if (rule) return rule
-  const allow = allowedMethods(routes, path)
+  const allow = allowedMethods(routes, path, segments)
   throw allow.length > 0 ? new MethodNotAllowed(allow) : new NoMatchingRoute()
 }
 
