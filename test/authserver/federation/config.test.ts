@@ -49,6 +49,8 @@ describe('identity_providers in check', () => {
     expect(problems(plain)).toEqual([expect.stringMatching(/identity_providers\[0\]\.issuer: uses http:\/\/ off loopback/)])
     expect(problems(plain, { allow_insecure_http: true })).toEqual([])
     expect(problems({ identity_providers: [idp({ issuer: 'http://127.0.0.1:9000' })] })).toEqual([])
+    // A name that starts like a loopback address is a name: http:// to it is refused like any other.
+    expect(problems({ identity_providers: [idp({ issuer: 'http://127.0.0.1.evil.example' })] })).toEqual([expect.stringMatching(/uses http:\/\/ off loopback/)])
   })
 
   it('Entra: no e-mail domain rule (Entra does not verify addresses), and a multi-tenant issuer needs allow.tenants', () => {
