@@ -65,13 +65,13 @@ export async function startBench(dir, prefix = []) {
 }
 
 /** bench/run.mjs's (c) or (d) config on `port`. */
-function config(bench, row, port) {
+function config(bench, row, port, { server = '', top = '' } = {}) {
   const routes = row === 'c'
     ? 'routes: [ { id: items, path: "/api/**", upstream: items, auth: none } ]'
     : `issuers:\n  - { issuer: "${ISSUER}", jwks_file: "${bench.jwksFile}", audience: [${AUDIENCE}], algorithms: [ES256, RS256] }\n` +
       'routes:\n  - { id: items, path: "/api/**", upstream: items, scopes: { all: ["items:read"] } }'
-  return `server: { listen: "127.0.0.1:${port}" }\nupstreams: { items: { url: "${bench.upstreamUrl}" } }\n${routes}\nlog: { level: warn }\n` +
-    'forward: { identity_headers: { subject: X-Auth-Subject, client_id: X-Auth-Client-Id, scopes: X-Auth-Scopes, issuer: X-Auth-Issuer } }\n'
+  return `server: { listen: "127.0.0.1:${port}"${server && `, ${server}`} }\nupstreams: { items: { url: "${bench.upstreamUrl}" } }\n${routes}\nlog: { level: warn }\n` +
+    'forward: { identity_headers: { subject: X-Auth-Subject, client_id: X-Auth-Client-Id, scopes: X-Auth-Scopes, issuer: X-Auth-Issuer } }\n' + top
 }
 
 let started = 0
@@ -90,9 +90,10 @@ export function freePort() {
 
 /**
  * Starts `row` of the build in `build` (a checkout with dist/ and node_modules) under `prefix` (valgrind, taskset:
- * they exec it, so the pid is the process under test's), with `nodeArgs`; resolves once it answers 200.
+ * they exec it, so the pid is the process under test's), with `nodeArgs` and `extraConfig` (YAML:
+ * `server`, flow-map entries added to the row's `server:`; `top`, top-level keys it does not set); resolves once it answers 200.
  */
-export async function startRow(bench, row, build, { prefix = [], nodeArgs = [] } = {}) {
+export async function startRow(bench, row, build, { prefix = [], nodeArgs = [], extraConfig = {} } = {}) {
   const file = path.join(bench.dir, `portcullis-${row}-${++started}.yaml`)
   if (row.startsWith('floor')) {
     // floor-beside-d: the floor in a process that also runs Portcullis with (d)'s config (serving nothing), with its node arguments.
@@ -106,7 +107,7 @@ export async function startRow(bench, row, build, { prefix = [], nodeArgs = [] }
   }
   for (let attempt = 1; ; attempt++) {
     const port = await freePort()
-    writeFileSync(file, config(bench, row, port))
+    writeFileSync(file, config(bench, row, port, extraConfig))
     const proc = start([...prefix, process.execPath, ...PORTCULLIS_NODE_ARGS, ...nodeArgs, path.join(build, 'dist/cli.js'), 'start', '--config', file])
     const base = `http://127.0.0.1:${port}`
     for (let i = 0; ; i++) {

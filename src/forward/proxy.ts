@@ -10,6 +10,7 @@ import type { UpstreamConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { BadGateway, GatewayError, GatewayTimeout, RequestTooLarge, TemporarilyUnavailable } from '../errors/oauth-errors.js'
 import { isHttp2Response, responseGone } from '../common/http2.js'
+import { leaveWaiting, type HoldsPlace } from '../common/waiting.js'
 import { relayTrailers, setHeaders, withHeaders } from './relay-fields.js'
 import { responseHeaderList } from './response-headers.js'
 import type { HeaderList } from './upstream-headers.js'
@@ -108,13 +109,8 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
   /** The upstream's `grpc-status` (in its trailers, or its headers for a trailers-only answer), for the log and metrics. */
   grpcStatus: number | undefined
 
-  /**
-   * @param cors the CORS headers of the request's origin, when the gateway answers CORS on the route
-   * @param extra `[name, value, …]` the gateway adds to the response (the RateLimit fields); they
-   *   replace any the upstream sent of the same names
-   */
-  constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void,
-    private readonly cors: CorsAnswer | null | undefined = null, private readonly extra: readonly string[] | null = null) {}
+  /** `relay`: its CORS headers and RateLimit fields go into the response head, and its place among the waiting is left then. */
+  constructor(private readonly res: ServerResponse, private readonly done: (error?: Error) => void, private readonly relay: Relay) {}
 
   /** Counts the request as in flight on `upstream` until undici is done with it. */
   countOn(upstream: Upstream, streamed: boolean): void {
@@ -152,8 +148,9 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     if (statusCode < 200) return true  // an interim response (103 Early Hints) is not relayed; the final one follows
     this.resume = resume
     let headers = responseHeaderList(rawHeaders)
-    if (this.cors) headers = withCorsHeaders(headers, this.cors)
-    if (this.extra !== null) headers = withHeaders(headers, this.extra)
+    const relay = this.relay
+    if (relay.cors) headers = withCorsHeaders(headers, relay.cors)
+    if (relay.rateLimitFields) headers = withHeaders(headers, relay.rateLimitFields)
     // gRPC's trailers-only answer (its status among the headers, the stream ended with them) stays one: set now,
     // sent by `end()` in the one HEADERS frame that ends the stream (node sends writeHead's at once, without it).
     if (isHttp2Response(this.res) && headers.includes('grpc-status')) {
@@ -162,6 +159,8 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
     } else {
       this.res.writeHead(statusCode, headers)
     }
+    // Answered: from here on the response streams, and no longer waits (`server.admission`).
+    leaveWaiting(relay)
     return true
   }
 
@@ -207,7 +206,7 @@ export class ForwardHandler implements Dispatcher.DispatchHandler {
 }
 
 /** What forwarding reads of a request on its way (the gateway's per-request exchange has it all). */
-export interface Relay {
+export interface Relay extends HoldsPlace {
   readonly req: IncomingMessage
   /** The request headers for the upstream. */
   readonly headers: HeaderList
@@ -229,7 +228,7 @@ export function forwardRequest(upstream: Upstream, res: ServerResponse, relay: R
   if (streamed && upstream.streaming >= upstream.maxStreaming) {
     throw new TemporarilyUnavailable(`upstream ${upstream.name}: ${upstream.maxStreaming} streamed request bodies in flight`, 1)
   }
-  const handler = new ForwardHandler(res, done, relay.cors, relay.rateLimitFields ?? null)
+  const handler = new ForwardHandler(res, done, relay)
   // Every connection busy: this one queues, for a bounded time (a timer only then, not on the hot path).
   if (upstream.busy >= upstream.connections) handler.waitAtMost(upstream.queueTimeoutMs, upstream.name)
   handler.countOn(upstream, streamed)

@@ -25,6 +25,7 @@ export type Decision =
   | 'limited'         // a rate limit policy refused it: 429 (`rate_limits`)
   | 'unavailable'     // a token could not be checked (issuer keys or introspection down): 503
   | 'upstream_error'  // the upstream refused, failed or was too slow: 502/504
+  | 'overloaded'      // shed before any stage: too many requests waiting for an answer (`server.admission`), 503
   | 'error'           // a failure of ours: 500
 
 /** Methods a route can name; anything else is counted as OTHER, so a client cannot add label values. */

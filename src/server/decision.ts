@@ -7,6 +7,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { hasBody } from '../forward/request-body.js'
+import { shed } from './admission.js'
 import { serveStages } from './refuse.js'
 import { beginRequest } from './request-record.js'
 import type { GatewayRuntime } from './runtime.js'
@@ -17,7 +18,10 @@ export class DecisionEndpoint {
 
   readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const stages = this.source.stages.decision
-    const ex = beginRequest(this.source.runtime, req, res, 'decision')
+    const rt = this.source.runtime
+    // `server.admission`: the proxy in front gets 503 and passes it on (nginx `auth_request` as a 500).
+    if (rt.waiting.count >= rt.admission.limit) return shed(req, res, rt)
+    const ex = beginRequest(rt, req, res, 'decision')
     // A decision reads no body: one that comes anyway is not read either, and the connection ends with the answer.
     if (hasBody(req)) res.shouldKeepAlive = false
     // `tracing`: each decision is one server span (serveStages), named by the request it describes once matched.

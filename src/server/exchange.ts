@@ -6,6 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Readable } from 'node:stream'
 import type { Principal } from '../common/principal.js'
+import type { Waiting } from '../common/waiting.js'
 import type { CorsAnswer } from '../cors/policy.js'
 import type { ResourceChallenge } from '../errors/render.js'
 import type { ForwardHandler } from '../forward/proxy.js'
@@ -78,6 +79,8 @@ export interface Exchange extends Outcome {
   headers: HeaderList
   /** The request was answered by a stage before the last (a preflight, a metadata document): stop there. */
   answered: boolean
+  /** Its place among the requests waiting for an answer (`server.admission`) until its response head goes out. */
+  waiting: Waiting | null
 }
 
 /** `rule` before the match: typed as the rule every later stage reads, and never read before it is set. */
@@ -94,7 +97,7 @@ export function openExchange(rt: GatewayRuntime, req: IncomingMessage, res: Serv
     route: '', decision: decision ? 'allowed' : 'forwarded', error: '', detail: undefined, cause: undefined, forwarding: undefined,
     resourceMetadata: undefined, cors: undefined, rateLimitFields: undefined, span: undefined, grpcStatus: undefined,
     path: '', query: '', segments: NO_SEGMENTS, rule: UNMATCHED, preflight: false, mcpMessage: false, dpopToken: undefined,
-    principal: undefined, body: null, headers: NO_HEADERS, answered: false,
+    principal: undefined, body: null, headers: NO_HEADERS, answered: false, waiting: null,
   }
 }
 

@@ -9,6 +9,7 @@ import { BadGateway, GatewayError, MalformedRequest, ServerError } from '../erro
 import { renderErrorOnSocket } from '../errors/render.js'
 import { upstreamFailure } from '../forward/proxy.js'
 import { openExchange, runStages, type Exchange, type Stage } from './exchange.js'
+import { shed } from './admission.js'
 import { serveStages } from './refuse.js'
 import { requestHeadProblem } from './request-head.js'
 import { beginRequest } from './request-record.js'
@@ -51,7 +52,10 @@ export class GatewayPipeline {
   }
 
   readonly handleRequest = (req: IncomingMessage, res: ServerResponse): void => {
-    serveStages(this.lists.proxy, beginRequest(this.rt, req, res, 'proxy'), runProxy)
+    const rt = this.rt
+    // `server.admission`: past the limit, shed before any stage runs.
+    if (rt.waiting.count >= rt.admission.limit) return shed(req, res, rt)
+    serveStages(this.lists.proxy, beginRequest(rt, req, res, 'proxy'), runProxy)
   }
 
   private logUpgradeFailure(rt: GatewayRuntime, req: IncomingMessage, failure: GatewayError): void {

@@ -12,6 +12,7 @@ import {
 import type { Decision } from '../metrics/metrics.js'
 import { endHttpSpan, type Span } from '../tracing/tracing.js'
 import { isGrpcRequest } from '../errors/grpc.js'
+import { leaveWaiting } from '../common/waiting.js'
 import { openExchange, type Exchange, type Mode, type Outcome } from './exchange.js'
 import type { GatewayRuntime } from './runtime.js'
 import type { RequestLine } from './log-output.js'
@@ -41,9 +42,14 @@ export function beginRequest(rt: GatewayRuntime, req: IncomingMessage, res: Serv
   const started = performance.now()
   const ex = openExchange(rt, req, res, mode)
   rt.inflight++
+  // Admitted (pipeline.ts): waiting for its answer until the response head goes out (forward) or it closes.
+  const waiting = rt.waiting
+  waiting.count++
+  ex.waiting = waiting
   // 'close' comes once, when the response has ended or the connection went away ('on': no once-wrapper).
   res.on('close', () => {
     ex.forwarding?.clientClosed()
+    leaveWaiting(ex)
     if (--rt.inflight === 0) rt.onIdle?.()
     recordRequest(rt, req, res, ex, (performance.now() - started) / 1000)
   })

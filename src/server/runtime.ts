@@ -29,6 +29,7 @@ import type { SharedOnce } from '../dpop/replay.js'
 import type { DpopSettings } from '../dpop/settings.js'
 import { compileDecision, type CompiledDecision } from '../decision/settings.js'
 import type { RequestLog } from './log-output.js'
+import { admissionPolicy, WaitingRoom, type AdmissionPolicy } from './admission.js'
 
 export interface GatewayRuntime {
   readonly rules: readonly CompiledRule[]
@@ -58,6 +59,10 @@ export interface GatewayRuntime {
   readonly metrics: Metrics
   /** The clock (ms since the epoch), for what a stage dates: a decision's cache lifetime. */
   readonly now: () => number
+  /** `server.admission`: the limit on requests waiting for an answer, and the 503 past it. */
+  readonly admission: AdmissionPolicy
+  /** The requests waiting for an answer, in the whole process: the same room for every runtime a reload builds. */
+  readonly waiting: WaitingRoom
   /** Requests being served on this runtime now; see {@link retireWhenIdle}. */
   inflight: number
   /** Set when a newer runtime has replaced this one: it closes what it alone holds once `inflight` is 0. */
@@ -152,6 +157,8 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
     requestLog: deps.requestLog,
     metrics: deps.metrics,
     now: deps.now,
+    admission: admissionPolicy(config),
+    waiting: previous?.waiting ?? new WaitingRoom(),
     inflight: 0,
     source: { authn, upstreams: upstreamSources },
   }

@@ -7,7 +7,8 @@
  *   decision  describe  → match → undecidable → authenticate → bind → authorize → rate-limit → answer
  *   upgrade   (RFC 6455 head checks) → match → authenticate → bind → authorize → rate-limit → (tunnel)
  *
- * A stage whose feature the config does not use (`cors`, `rate_limits`) is left out of a runtime's lists.
+ * A stage whose feature the config does not use (`cors`, `rate_limits`) is left out of a runtime's lists. Before
+ * a proxy or decision list runs, a request past `server.admission.max_in_flight` is shed (admission.ts).
  *
  * Rate limits come after authorization: a forged token spends no one's budget, and a request its scopes refuse
  * spends none of the route's (docs/configuration.md, `rate_limits`).

@@ -37,6 +37,11 @@ export const Server = Strict({
   body_timeout: Type.Optional(Duration),
   body_min_rate: Type.Optional(Size),
   body_streams_per_address: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000 })),
+  // Load shedding: requests waiting for their answer at once, past which new ones get 503 with Retry-After.
+  admission: Type.Optional(Strict({
+    max_in_flight: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
+    retry_after: Type.Optional(Duration),
+  })),
   // Worker processes sharing the listeners (node:cluster); `auto` = the CPUs this process may use.
   workers: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 256 }), Type.Literal('auto')],
     { 'x-message': 'must be a number of workers from 1 to 256, or auto' })),
