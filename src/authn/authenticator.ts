@@ -13,7 +13,7 @@ import { IntrospectionClient, type IntrospectionEntry } from './introspection.js
 import { JwtIssuer, decodeUnverified, looksLikeJwt, refuseUnsecured } from './jwt.js'
 import type { KeySetStats } from './jwks.js'
 import type { Principal } from '../common/principal.js'
-import { TokenCache, tokenHash, type CacheKeyMemo, type CacheStats } from './token-cache.js'
+import { TokenCache, tokenHash, type CacheStats } from './token-cache.js'
 import { hasEmbeddedPrefix, withEmbeddedClaims, type EmbeddedIssuer } from './embedded.js'
 import { principalMatcher, type InvalidationSelector } from './invalidation.js'
 
@@ -69,8 +69,6 @@ export class Authenticator {
   private readonly introspecting: Introspecting[] = []
   private readonly jwtCache: TokenCache<JwtEntry> | undefined
   private readonly introspectionCache: TokenCache<IntrospectionEntry>
-  /** Distinguishes this issuer policy's JWT cache keys from any other's: a verdict is keyed on the policy and the token. */
-  private readonly policyTag: string
   private readonly isRevoked: RevocationCheck | undefined
   private readonly unknownJwt: ValidationCounts
   private readonly unknownOpaque: ValidationCounts
@@ -87,7 +85,6 @@ export class Authenticator {
     const max = cache?.max_entries ?? DEFAULT_MAX_ENTRIES
     this.jwtCache = cache?.jwt === false ? undefined : new TokenCache<JwtEntry>('jwt', max, now)
     this.introspectionCache = new TokenCache<IntrospectionEntry>('introspection', max, now)
-    this.policyTag = `${tokenHash(JSON.stringify(issuers)).slice(0, 16)}:`
     this.isRevoked = options.isRevoked
     const embedded = options.embedded
     this.embeddedCounts = embedded && countsOf(embedded.policy.issuer, 'embedded')
@@ -116,37 +113,23 @@ export class Authenticator {
    * is counted (cache hits included). A verified-JWT cache hit
    * answers synchronously (a Principal, or a throw), everything else with a promise: the hot path costs one
    * hash, one lookup and one increment (of a plain number), with no decoding and no promise.
-   * @param hashOfToken `tokenHash(token)`, when the caller has it (bearer.ts keeps a connection's last one)
-   * @param memo where the caller keeps the cache key made of `hashOfToken` (bearer.ts, with the hash)
+   * @param hashOfToken `tokenHash(token)`, when the caller has it (bearer.ts keeps a connection's last one): the JWT
+   *   cache's key. The cache is this authenticator's own (a reload that changes `issuers` or `cache` builds another),
+   *   so the token's hash alone names its verdict.
    */
-  authenticate(token: string, hashOfToken = tokenHash(token), memo?: CacheKeyMemo): Principal | Promise<Principal> {
+  authenticate(token: string, hashOfToken = tokenHash(token)): Principal | Promise<Principal> {
     const isJwt = looksLikeJwt(token)
-    const key = this.cacheKey(hashOfToken, memo)
-    const hit = isJwt ? this.jwtCache?.get(key) : undefined
+    const hit = isJwt ? this.jwtCache?.get(hashOfToken) : undefined
     if (hit) return this.admit(hit.principal, hashOfToken, hit.counts)
-    return this.authenticateUncached(token, hashOfToken, isJwt, key)
+    return this.authenticateUncached(token, hashOfToken, isJwt)
   }
 
-  /**
-   * The JWT cache key of a token: this policy's tag and the token's hash. Made once per kept token (`memo`), not per
-   * request: a string made per request is hashed and compared in full by each lookup, kept it is hashed once and
-   * found by identity (about 1 µs of a cache hit's CPU in a profile on node 20).
-   */
-  private cacheKey(hashOfToken: string, memo: CacheKeyMemo | undefined): string {
-    if (memo === undefined) return this.policyTag + hashOfToken
-    if (memo.keyTag !== this.policyTag) {
-      memo.key = this.policyTag + hashOfToken
-      memo.keyTag = this.policyTag
-    }
-    return memo.key!
-  }
-
-  private async authenticateUncached(token: string, hashOfToken: string, isJwt: boolean, key: string): Promise<Principal> {
+  private async authenticateUncached(token: string, hashOfToken: string, isJwt: boolean): Promise<Principal> {
     const attempt: Attempt = { counts: isJwt ? this.unknownJwt : this.unknownOpaque }
     let principal: Principal
     try {
       principal = isJwt
-        ? await this.authenticateJwt(token, hashOfToken, key, attempt)
+        ? await this.authenticateJwt(token, hashOfToken, attempt)
         : await this.authenticateOpaque(token, hashOfToken, attempt)
     } catch (error) {
       attempt.counts.refuse(reasonOf(error, attempt.counts.method))
@@ -167,7 +150,7 @@ export class Authenticator {
     return principal
   }
 
-  private async authenticateJwt(token: string, hashOfToken: string, key: string, attempt: Attempt): Promise<Principal> {
+  private async authenticateJwt(token: string, hashOfToken: string, attempt: Attempt): Promise<Principal> {
     const decoded = decodeUnverified(token)
     const iss = decoded.payload.iss
     const issuer = typeof iss === 'string' ? this.issuers.get(iss) : undefined
@@ -183,7 +166,7 @@ export class Authenticator {
     const cache = this.jwtCache
     if (!cache) return jwt.verify(decoded)
     // load() caches the entry, unless an invalidation arrived while the verification ran.
-    const entry = await cache.load(key, async (): Promise<JwtEntry> => {
+    const entry = await cache.load(hashOfToken, async (): Promise<JwtEntry> => {
       const principal = await jwt.verify(decoded)
       // RFC 9068 requires exp, and verify() insists on it: an entry never outlives the token.
       return { principal, expiresAtMs: principal.expiresAt! * 1000, counts }
@@ -217,7 +200,7 @@ export class Authenticator {
     let count = 0
     const hashOfToken = selector.tokenHash ?? (selector.token !== undefined ? tokenHash(selector.token) : undefined)
     if (hashOfToken !== undefined) {
-      if (this.jwtCache?.delete(this.policyTag + hashOfToken)) count++
+      if (this.jwtCache?.delete(hashOfToken)) count++
       for (const { client } of this.introspecting) if (this.introspectionCache.delete(client.cacheKey(hashOfToken))) count++
     }
     const matches = principalMatcher(selector)

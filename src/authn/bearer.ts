@@ -1,7 +1,7 @@
 /** RFC 6750 §2.1: the Bearer token from the one Authorization header, or nothing. */
 import type { IncomingMessage } from 'node:http'
 import { InvalidRequest } from '../errors/oauth-errors.js'
-import { tokenHash, type CacheKeyMemo } from './token-cache.js'
+import { tokenHash } from './token-cache.js'
 
 // token68 (RFC 7235 §2.1), which RFC 6750's b64token is.
 const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i
@@ -44,10 +44,10 @@ function bearerTokenOf(header: string, maxTokenSize: number): string | undefined
 }
 
 /**
- * A request's Bearer token, and its hash (the key of the token caches, token-cache.ts); kept on its connection,
- * it also keeps the JWT cache key made of the hash ({@link CacheKeyMemo}).
+ * A request's Bearer token, and its hash (the key of the JWT cache, token-cache.ts); kept on its connection, the
+ * same hash string serves its next requests, and a string's hash code is computed once: found by identity.
  */
-export interface BearerToken extends CacheKeyMemo {
+export interface BearerToken {
   /** The Authorization header it came in, exactly as sent. */
   readonly header: string
   readonly token: string
@@ -99,7 +99,7 @@ export function bearerToken(req: IncomingMessage, maxTokenSize: number): BearerT
   }
   const token = bearerTokenOf(header, maxTokenSize)
   if (token === undefined) return undefined
-  const found: BearerToken = { header, token, hash: tokenHash(token), keyTag: undefined, key: undefined }
+  const found: BearerToken = { header, token, hash: tokenHash(token) }
   if (connection && header.length <= KEPT_HEADER_MAX) connection[LAST_BEARER] = found
   return found
 }

@@ -3,6 +3,7 @@
  * then the signature is verified on node:crypto with a key from jose's key set, and the algorithm allow-list,
  * `aud`, `exp`/`nbf`/`iat` with skew, `typ` and `crit` are checked as jose's jwtVerify checks them.
  */
+import { Interner } from './intern.js'
 import { errors, type JWTVerifyGetKey, type ProtectedHeaderParameters } from 'jose'
 import { isUtf8 } from 'node:buffer'
 import { pathToFileURL } from 'node:url'
@@ -63,6 +64,7 @@ export class JwtIssuer {
   private readonly algorithms: string[]
   private readonly skewSeconds: number
   private readonly claims: IssuerClaims
+  private readonly interned = new Interner()
   /** The embedded issuer's `access_token.audience`: a token naming none of it is `resourceOnly`; undefined for others. */
   private readonly ownAudience: readonly string[] | undefined
   /**
@@ -124,18 +126,20 @@ export class JwtIssuer {
     if (confirmation === null) throw rejectJwt('bad_cnf_claim')
     const { jkt, x5t } = confirmation
     const own = this.ownAudience
+    // One literal with every member, in one order: one shape, its members in the object (a cached principal is
+    // smaller so); what many tokens repeat (client id, scope list) shared (intern.ts).
     return {
-      ...(jkt !== undefined && { jkt }),
-      ...(x5t !== undefined && { x5t }),
-      // RFC 8707: issued for resources only; checkClaims has already found `aud` among the issuer's audiences.
-      ...(own !== undefined && !audienceMatches(payload.aud, own) && { resourceOnly: true as const }),
       issuer: this.config.issuer,
       subject: typeof payload.sub === 'string' ? payload.sub : undefined,
-      clientId: readClientId(payload, clientId),
-      scopes,
+      clientId: this.interned.string(readClientId(payload, clientId)),
+      scopes: this.interned.list(scopes),
       expiresAt: payload.exp as number,
       jti: typeof payload.jti === 'string' ? payload.jti : undefined,
       claims: keepClaims(payload, this.kept),
+      jkt,
+      x5t,
+      // RFC 8707: issued for resources only; checkClaims has already found `aud` among the issuer's audiences.
+      resourceOnly: own !== undefined && !audienceMatches(payload.aud, own) ? true : undefined,
     }
   }
 

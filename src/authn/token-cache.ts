@@ -12,16 +12,6 @@ export function tokenHash(token: string): string {
   return hash('sha256', token, 'base64url')
 }
 
-/**
- * Where a caller that keeps a token's hash (bearer.ts: a connection's last Bearer token) also keeps the cache key
- * an authenticator made of it, with the tag of the policy it was made for (authenticator.ts).
- */
-export interface CacheKeyMemo {
-  keyTag: string | undefined
-  key: string | undefined
-}
-
-
 export interface Expiring {
   /** Milliseconds since the epoch after which the entry must not be used. */
   readonly expiresAtMs: number

@@ -35,7 +35,7 @@ export function authenticate(ex: Exchange): Promise<void> | undefined {
     if (rule.auth === 'optional') return undefined
     throw rule.dpop === 'required' ? new MissingToken(rt.dpop.settings.algs) : new MissingToken()
   }
-  const found = tracing() === null ? rt.authenticator.authenticate(token.token, token.hash, token) : authenticateTraced(rt, token)
+  const found = tracing() === null ? rt.authenticator.authenticate(token.token, token.hash) : authenticateTraced(rt, token)
   if (found instanceof Promise) return found.then((principal) => { ex.principal = principal })
   ex.principal = found
   return undefined
@@ -54,7 +54,7 @@ function authenticateTraced(rt: GatewayRuntime, token: BearerToken): Principal |
   }
   let found: Principal | Promise<Principal>
   try {
-    found = tracer.within(context, () => rt.authenticator.authenticate(token.token, token.hash, token))
+    found = tracer.within(context, () => rt.authenticator.authenticate(token.token, token.hash))
   } catch (error) {
     span.setAttribute('portcullis.cache.hit', false)
     end(error)
