@@ -23,6 +23,8 @@ export type { InvalidationSelector } from './invalidation.js'
 export interface JwtEntry {
   readonly principal: Principal
   readonly expiresAtMs: number
+  /** The cache's mark of a hit since its last pass (second-chance.ts). */
+  visited: boolean
   /** Where a cache hit is counted: its issuer's, found once at verification. */
   readonly counts: ValidationCounts
 }
@@ -169,7 +171,7 @@ export class Authenticator {
     const entry = await cache.load(hashOfToken, async (): Promise<JwtEntry> => {
       const principal = await jwt.verify(decoded)
       // RFC 9068 requires exp, and verify() insists on it: an entry never outlives the token.
-      return { principal, expiresAtMs: principal.expiresAt! * 1000, counts }
+      return { principal, expiresAtMs: principal.expiresAt! * 1000, counts, visited: false }
     })
     return entry.principal
   }

@@ -19,8 +19,8 @@ import { tokenHash, type TokenCache } from './token-cache.js'
 
 /** A cached introspection answer: a principal, or why the token was refused (logged, and counted). */
 export type IntrospectionEntry =
-  | { readonly active: true; readonly principal: Principal; readonly expiresAtMs: number }
-  | { readonly active: false; readonly detail: string; readonly reason: InvalidTokenReason; readonly expiresAtMs: number }
+  | { readonly active: true; readonly principal: Principal; readonly expiresAtMs: number; visited: boolean }
+  | { readonly active: false; readonly detail: string; readonly reason: InvalidTokenReason; readonly expiresAtMs: number; visited: boolean }
 
 const MAX_RESPONSE_BYTES = 64 * 1024
 
@@ -191,7 +191,7 @@ export class IntrospectionClient {
   private judge(body: Record<string, unknown>): IntrospectionEntry {
     const nowMs = this.now()
     const refuse = (reason: InvalidTokenReason, detail: string = reason): IntrospectionEntry =>
-      ({ active: false, detail, reason, expiresAtMs: nowMs + this.negativeTtlMs })
+      ({ active: false, detail, reason, expiresAtMs: nowMs + this.negativeTtlMs, visited: false })
     if (body.active !== true) return refuse('inactive')
     const exp = body.exp
     if (exp !== undefined && typeof exp !== 'number') return refuse('bad_claim')
@@ -223,7 +223,7 @@ export class IntrospectionClient {
       claims: keepClaims(body, this.kept),
     }
     const until = Math.min(nowMs + this.positiveTtlMs, typeof exp === 'number' ? exp * 1000 : Infinity)
-    return { active: true, principal, expiresAtMs: until }
+    return { active: true, principal, expiresAtMs: until, visited: false }
   }
 
   close(): Promise<void> {

@@ -3,7 +3,7 @@
  * expiry on the injected clock and counters the metrics issue publishes as they are.
  */
 import { hash } from 'node:crypto'
-import { LRUCache } from 'lru-cache'
+import { SecondChance, type Visited } from './second-chance.js'
 import type { CacheStats } from '../metrics/stats.js'
 export type { CacheStats } from '../metrics/stats.js'
 
@@ -12,16 +12,15 @@ export function tokenHash(token: string): string {
   return hash('sha256', token, 'base64url')
 }
 
-export interface Expiring {
+export interface Expiring extends Visited {
   /** Milliseconds since the epoch after which the entry must not be used. */
   readonly expiresAtMs: number
 }
 
 export class TokenCache<V extends Expiring> {
-  private readonly lru: LRUCache<string, V>
+  private readonly lru: SecondChance<V>
   private hits = 0
   private misses = 0
-  private evictions = 0
   private expirations = 0
   private invalidations = 0
   /**
@@ -33,10 +32,7 @@ export class TokenCache<V extends Expiring> {
   readonly inflight = new Map<string, Promise<V>>()
 
   constructor(readonly name: string, readonly maxEntries: number, private readonly now: () => number) {
-    this.lru = new LRUCache<string, V>({
-      max: maxEntries,
-      dispose: (_value, _key, reason) => { if (reason === 'evict') this.evictions++ },
-    })
+    this.lru = new SecondChance<V>(maxEntries)
   }
 
   get(key: string): V | undefined {
@@ -111,7 +107,7 @@ export class TokenCache<V extends Expiring> {
 
   /** The keys held now (tests check that none is a raw token). */
   keys(): string[] {
-    return [...this.lru.keys()]
+    return this.lru.keys()
   }
 
   stats(): CacheStats {
@@ -119,7 +115,7 @@ export class TokenCache<V extends Expiring> {
       name: this.name,
       hits: this.hits,
       misses: this.misses,
-      evictions: this.evictions,
+      evictions: this.lru.evicted,
       expirations: this.expirations,
       invalidations: this.invalidations,
       size: this.lru.size,
