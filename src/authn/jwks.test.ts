@@ -32,6 +32,24 @@ const lookup = (keySet: RemoteKeySet, header: CompactJWSHeaderParameters) =>
   Promise.resolve(keySet.getKey(header, { payload: '', signature: '' }))
 
 describe('RemoteKeySet', () => {
+  it('finds each of 50 keys by its kid, the same key jose finds in the whole set', async (context) => {
+    const { issuer, keySet } = await setup(context)
+    for (let i = 0; i < 49; i++) await issuer.rotate('ES256')
+    const es256 = issuer.keys.filter((key) => key.alg === 'ES256')
+    expect(es256.length).toBeGreaterThanOrEqual(50)
+    const { createLocalJWKSet } = await import('jose')
+    const whole = createLocalJWKSet({ keys: issuer.keys.map((key) => ({ ...key.publicJwk, kid: key.kid, alg: key.alg })) })
+    for (const key of es256) {
+      const found = await lookup(keySet, headerOf(issuer, key.kid))
+      const expected = await whole({ alg: 'ES256', kid: key.kid }, { payload: '', signature: '' })
+      expect(JSON.stringify(await crypto.subtle.exportKey('jwk', found as CryptoKey))).toBe(JSON.stringify(await crypto.subtle.exportKey('jwk', expected as CryptoKey)))
+    }
+    expect(issuer.jwksFetches).toBe(1)
+    // An ES256 header without kid matches every ES256 key: jose's own answer, as without the index.
+    await expect(lookup(keySet, { alg: 'ES256' })).rejects.toBeInstanceOf(errors.JWKSMultipleMatchingKeys)
+  })
+
+
   it('sends concurrent first lookups down one fetch', async (context) => {
     const { issuer, keySet } = await setup(context)
     const keys = await Promise.all(Array.from({ length: 20 }, () => lookup(keySet, headerOf(issuer))))

@@ -136,7 +136,7 @@ export class RemoteKeySet {
       this.fetches++
       const keys = usableKeys(await fetchJson(this.jwksUri, fetchTimeoutMs))
       const jwks: JSONWebKeySet = { keys }
-      this.keys = createLocalJWKSet(jwks)
+      this.keys = kidIndexedKeySet(jwks)
       this.keyCount = keys.length
       this.fetchedAt = this.options.now()
       const kids = keys.map((key) => key.kid ?? '(no kid)').sort().join(' ')
@@ -200,4 +200,27 @@ async function discoverJwksUri(issuer: string, timeoutMs: number): Promise<strin
     }
   }
   throw new Error(`discovery failed: ${failures.join('; ')}`)
+}
+
+/**
+ * jose's local key set, one per `kid`: jose finds a token's key by walking every key of the set (2.8 µs a verify
+ * with 50 keys, against 0.5 with one); with a `kid` in the header only keys of that `kid` are candidates (RFC 7515
+ * §4.1.4), so the set of those alone answers exactly as the whole set would. A token without `kid`, or with one
+ * no key has, goes to the whole set (and its errors: JWKSNoMatchingKey starts the unknown-kid refetch).
+ */
+function kidIndexedKeySet(jwks: JSONWebKeySet): JWTVerifyGetKey {
+  const all = createLocalJWKSet(jwks)
+  const byKid = new Map<string, JWK[]>()
+  for (const key of jwks.keys) {
+    if (typeof key.kid !== 'string') continue
+    const group = byKid.get(key.kid)
+    if (group) group.push(key)
+    else byKid.set(key.kid, [key])
+  }
+  if (byKid.size <= 1) return all
+  const sets = new Map([...byKid].map(([kid, keys]) => [kid, createLocalJWKSet({ keys })]))
+  return (header, token) => {
+    const one = typeof header.kid === 'string' ? sets.get(header.kid) : undefined
+    return (one ?? all)(header, token)
+  }
 }
