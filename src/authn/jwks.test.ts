@@ -1,4 +1,5 @@
 import { describe, expect, it, type TestContext } from 'vitest'
+import type { webcrypto } from 'node:crypto'
 import { errors, type CompactJWSHeaderParameters } from 'jose'
 import type { FastifyBaseLogger } from 'fastify'
 import { startTestIssuer, type TestIssuer } from '../../test/support/issuer.js'
@@ -42,7 +43,7 @@ describe('RemoteKeySet', () => {
     for (const key of es256) {
       const found = await lookup(keySet, headerOf(issuer, key.kid))
       const expected = await whole({ alg: 'ES256', kid: key.kid }, { payload: '', signature: '' })
-      expect(JSON.stringify(await crypto.subtle.exportKey('jwk', found as CryptoKey))).toBe(JSON.stringify(await crypto.subtle.exportKey('jwk', expected as CryptoKey)))
+      expect(JSON.stringify(await crypto.subtle.exportKey('jwk', found as webcrypto.CryptoKey))).toBe(JSON.stringify(await crypto.subtle.exportKey('jwk', expected as webcrypto.CryptoKey)))
     }
     expect(issuer.jwksFetches).toBe(1)
     // An ES256 header without kid matches every ES256 key: jose's own answer, as without the index.
