@@ -1,5 +1,6 @@
 // How the cost grows with idle keep-alive connections (a measurement, not a test):
-//   npm run build && (ulimit -n 65536; node bench/connections.mjs [--sizes 10,1000,10000] [--rate 1000] [--seconds 5])
+//   npm run build && (ulimit -n 65536; node bench/connections.mjs [--sizes 10,1000,10000] [--rate 1000] [--seconds 5] [--floor])
+// --floor: the same against a bare node:http server (bench/servers.mjs upstream, same node arguments): node's own cost.
 // Starts `portcullis start` (a route to the built-in echo upstream, admin listener on), then for each size:
 // opens that many client connections, each sending one request with keep-alive and then staying idle; reads the
 // gateway's RSS (/proc) before and after, so RSS per idle connection = the difference / connections; then sends
@@ -19,7 +20,11 @@ import { Agent, request } from 'undici'
 import { stringify } from 'yaml'
 
 const { values: opts } = parseArgs({
-  options: { sizes: { type: 'string', default: '10,1000,10000' }, rate: { type: 'string', default: '1000' }, seconds: { type: 'string', default: '5' } },
+  options: {
+    sizes: { type: 'string', default: '10,1000,10000' }, rate: { type: 'string', default: '1000' }, seconds: { type: 'string', default: '5' },
+    // The same against a bare node:http server (bench/servers.mjs upstream) with the node arguments Portcullis starts with: node's own floor.
+    floor: { type: 'boolean', default: false },
+  },
 })
 const sizes = opts.sizes.split(',').map(Number)
 const RATE = Number(opts.rate)
@@ -36,10 +41,13 @@ writeFileSync(file, stringify({
   upstreams: { echo: { url: 'builtin:echo' } },
   routes: [{ id: 'echo', path: '/**', upstream: 'echo', auth: 'none' }],
 }))
-const child = spawn(process.execPath, ['--max-semi-space-size=64', path.join(import.meta.dirname, '..', 'dist/cli.js'), 'start', '--config', file],
-  { stdio: ['ignore', 'ignore', 'inherit'] })
+const child = opts.floor
+  ? spawn(process.execPath, ['--max-semi-space-size=64', path.join(import.meta.dirname, 'servers.mjs'), 'upstream'], { stdio: ['ignore', 'pipe', 'inherit'] })
+  : spawn(process.execPath, ['--max-semi-space-size=64', path.join(import.meta.dirname, '..', 'dist/cli.js'), 'start', '--config', file],
+    { stdio: ['ignore', 'ignore', 'inherit'] })
 const rssKb = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))[1])
-const base = `http://127.0.0.1:${PORT}`
+const port = opts.floor ? await new Promise((resolve) => child.stdout.once('data', (chunk) => resolve(JSON.parse(String(chunk)).port))) : PORT
+const base = `http://127.0.0.1:${port}`
 for (let tries = 0; ; tries++) {
   try {
     const res = await request(`${base}/ready`)
@@ -53,7 +61,7 @@ for (let tries = 0; ; tries++) {
 /** One connection that sent a keep-alive request, read its answer, and now stays open doing nothing. */
 function idleConnection() {
   return new Promise((resolve, reject) => {
-    const socket = net.connect({ port: PORT, host: '127.0.0.1' })
+    const socket = net.connect({ port, host: '127.0.0.1' })
     socket.setEncoding('latin1')
     let text = ''
     socket.on('data', (chunk) => {
@@ -66,6 +74,7 @@ function idleConnection() {
 }
 
 async function eventLoopP99() {
+  if (opts.floor) return undefined
   const res = await request(`http://127.0.0.1:${ADMIN}/metrics`)
   const text = await res.body.text()
   const found = /^portcullis_nodejs_eventloop_lag_p99_seconds (\S+)/m.exec(text)
