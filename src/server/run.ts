@@ -51,6 +51,15 @@ export interface RunOptions extends GatewayOptions {
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
+/**
+ * The response node's HTTP/1.1 server is writing on `socket`, if any: node keeps it as `socket._httpMessage` from
+ * the request until the response has finished (and clears it then), as graceful-shutdown libraries read it
+ * (http-terminator); undefined on an idle connection.
+ */
+function responseUnderWay(socket: Socket): ServerResponse | undefined {
+  return (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? undefined
+}
+
 /** How often a draining server closes the connections that have gone idle. */
 const DRAIN_TICK_MS = 100
 
@@ -61,14 +70,17 @@ const DRAIN_TICK_MS = 100
  */
 function trackConnections(server: Server) {
   const secure = server instanceof TlsServer
-  /** Per socket that carries HTTP (with TLS, the TLS socket): the response to its latest request; none before the first. */
-  const latest = new Map<Socket, ServerResponse | undefined>()
+  /**
+   * Per socket that carries HTTP (with TLS, the TLS socket): whether it has sent a request. Not the response itself:
+   * kept until the next request or the close, that held about 2 KB per idle keep-alive connection (performance.md).
+   */
+  const latest = new Map<Socket, boolean>()
   /** TCP connections whose TLS handshake is not done yet, by remote address: no HTTP socket exists for them. */
   const handshaking = new Map<string, Socket>()
   const remote = (socket: Socket) => `${socket.remoteAddress}|${socket.remotePort}`
   let draining = false
   const track = (socket: Socket) => {
-    latest.set(socket, undefined)
+    latest.set(socket, false)
     socket.once('close', () => latest.delete(socket))
   }
   server.on('connection', (socket: Socket) => {
@@ -83,7 +95,7 @@ function trackConnections(server: Server) {
   })
   // First of the 'request' listeners, so that no answer is under way yet. Per request: one Map write, no closure.
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
-    if (latest.has(req.socket)) latest.set(req.socket, res)
+    if (latest.get(req.socket) === false) latest.set(req.socket, true)
     // RFC 9112 §9.6: an answer that starts while draining says `Connection: close`; node ends the socket after it.
     if (draining) res.shouldKeepAlive = false
   }
@@ -99,14 +111,17 @@ function trackConnections(server: Server) {
   })
   const closeIdle = () => {
     server.closeIdleConnections()
-    for (const [socket, res] of latest) if (res === undefined && !isHttp2Socket(socket)) socket.destroy()
+    for (const [socket, served] of latest) if (!served && !isHttp2Socket(socket)) socket.destroy()
     for (const socket of handshaking.values()) socket.destroy()
   }
   return {
     /** Closes the connections without a request in flight, now and every tick after; answers under way end with Connection: close. */
     drain(): NodeJS.Timeout {
       draining = true
-      for (const res of latest.values()) if (res !== undefined && !res.headersSent) res.shouldKeepAlive = false
+      for (const [socket, served] of latest) {
+        const res = served ? responseUnderWay(socket) : undefined
+        if (res && !res.headersSent) res.shouldKeepAlive = false
+      }
       for (const session of sessions) session.close()
       closeIdle()
       return setInterval(closeIdle, DRAIN_TICK_MS)
