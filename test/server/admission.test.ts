@@ -14,16 +14,16 @@ import { loadConfig } from '../../src/check/load.js'
 import { admissionPolicy } from '../../src/server/admission.js'
 import { startGateway, type RunningGateway } from '../support/gateway.js'
 
-/** An upstream that holds `/hold…` answers until released, and answers `/stream…` with a head at once and its body on release. */
+/** An upstream that holds `…/hold…` answers until released, and answers `…/stream…` with a head at once and its body on release. */
 async function holdingUpstream(context: TestContext) {
   const received: string[] = []
   const held: Array<() => void> = []
   const server = http.createServer((req, res) => {
     received.push(`${req.method} ${req.url}`)
     req.resume()
-    if (req.url!.startsWith('/hold')) {
+    if (req.url!.includes('/hold')) {
       held.push(() => res.end('held'))
-    } else if (req.url!.startsWith('/stream')) {
+    } else if (req.url!.includes('/stream')) {
       res.writeHead(200, { 'content-type': 'text/event-stream' })
       res.write('data: first\n\n')
       held.push(() => res.end('data: last\n\n'))
@@ -170,6 +170,38 @@ describe('server.admission', () => {
     expect(off.limit).toBe(Infinity)
   })
 
+  it('gives every place back: after refusals (404, 405, 401, 413), clients gone mid-wait and upstream failures, one place admits again', async (context) => {
+    const { upstream, gateway } = await start(context, { max_in_flight: 1 })
+    const protectedConfig = loadConfig('portcullis.yaml', stringify({
+      ...config(upstream, { max_in_flight: 1 }),
+      upstreams: { main: { url: upstream.url, timeout: '10s', connections: 2000 }, gone: { url: 'http://127.0.0.1:1', timeout: '1s' } },
+      issuers: [{ issuer: 'https://issuer.invalid/', jwks_uri: 'https://issuer.invalid/jwks', audience: ['a'] }],
+      routes: [
+        { id: 'open', path: '/open/**', upstream: 'main', auth: 'none', methods: ['GET', 'POST'], max_body_size: '1kb' },
+        { id: 'closed', path: '/closed/**', upstream: 'main', scopes: { all: ['x'] } },
+        { id: 'down', path: '/down/**', upstream: 'gone', auth: 'none' },
+      ],
+    }), {})
+    expect(gateway.app.gateway.applyConfig(protectedConfig)).toEqual([])
+    for (let i = 0; i < 5; i++) {
+      expect((await fetch(`${gateway.url}/nowhere`)).status).toBe(404)
+      expect((await fetch(`${gateway.url}/open/x`, { method: 'DELETE' })).status).toBe(405)
+      expect((await fetch(`${gateway.url}/closed/x`)).status).toBe(401)
+      expect(await rawExchange(gateway.port, 'POST /open/x HTTP/1.1\r\nHost: gw\r\nContent-Length: 5000\r\n\r\n')).toMatch(/^HTTP\/1\.1 413 /)
+      expect((await fetch(`${gateway.url}/down/x`)).status).toBe(502)
+    }
+    // A client that goes away while its request waits at the upstream.
+    const socket = await rawRequest(gateway.port, '/open/hold-gone')
+    await upstream.until(1)
+    socket.destroy()
+    await sleep(100)
+    const again = fetch(`${gateway.url}/open/hold-again`).then((res) => res.status)
+    await upstream.until(2)
+    upstream.releaseAll()
+    expect(await again).toBe(200)
+    expect((await fetch(`${gateway.url}/open/after`)).status).toBe(200)
+  })
+
   it('max_in_flight: 0 turns it off', async (context) => {
     const { upstream, gateway } = await start(context, { max_in_flight: 0 })
     const sockets = await Promise.all(Array.from({ length: 1200 }, (_, i) => rawRequest(gateway.port, `/hold-${i}`)))
@@ -234,5 +266,17 @@ function rawRequest(port: number, path: string): Promise<net.Socket> {
       socket.write(`GET ${path} HTTP/1.1\r\nHost: gw\r\n\r\n`)
       resolve(socket)
     })
+  })
+}
+
+/** Writes `text` on a connection of its own and resolves with everything answered until the gateway closes it. */
+function rawExchange(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ port, host: '127.0.0.1' })
+    let answer = ''
+    socket.setEncoding('latin1').on('data', (chunk) => { answer += chunk })
+    socket.on('error', reject)
+    socket.on('close', () => resolve(answer))
+    socket.on('connect', () => socket.write(text))
   })
 }
