@@ -18,7 +18,7 @@ export interface Expiring extends Visited {
 }
 
 export class TokenCache<V extends Expiring> {
-  private readonly lru: SecondChance<V>
+  private readonly entries: SecondChance<V>
   private hits = 0
   private misses = 0
   private expirations = 0
@@ -32,17 +32,17 @@ export class TokenCache<V extends Expiring> {
   readonly inflight = new Map<string, Promise<V>>()
 
   constructor(readonly name: string, readonly maxEntries: number, private readonly now: () => number) {
-    this.lru = new SecondChance<V>(maxEntries)
+    this.entries = new SecondChance<V>(maxEntries)
   }
 
   get(key: string): V | undefined {
-    const value = this.lru.get(key)
+    const value = this.entries.get(key)
     if (value === undefined) {
       this.misses++
       return undefined
     }
     if (value.expiresAtMs <= this.now()) {
-      this.lru.delete(key)
+      this.entries.delete(key)
       this.expirations++
       this.misses++
       return undefined
@@ -52,7 +52,7 @@ export class TokenCache<V extends Expiring> {
   }
 
   set(key: string, value: V): void {
-    if (value.expiresAtMs > this.now()) this.lru.set(key, value)
+    if (value.expiresAtMs > this.now()) this.entries.set(key, value)
   }
 
   /**
@@ -87,7 +87,7 @@ export class TokenCache<V extends Expiring> {
   delete(key: string): boolean {
     this.generation++
     this.inflight.delete(key)
-    const deleted = this.lru.delete(key)
+    const deleted = this.entries.delete(key)
     if (deleted) this.invalidations++
     return deleted
   }
@@ -98,8 +98,8 @@ export class TokenCache<V extends Expiring> {
     this.generation++
     this.inflight.clear()
     let count = 0
-    for (const [key, value] of this.lru.entries()) {
-      if (select(value, key) && this.lru.delete(key)) count++
+    for (const [key, value] of this.entries.entries()) {
+      if (select(value, key) && this.entries.delete(key)) count++
     }
     this.invalidations += count
     return count
@@ -107,7 +107,7 @@ export class TokenCache<V extends Expiring> {
 
   /** The keys held now (tests check that none is a raw token). */
   keys(): string[] {
-    return this.lru.keys()
+    return this.entries.keys()
   }
 
   stats(): CacheStats {
@@ -115,10 +115,10 @@ export class TokenCache<V extends Expiring> {
       name: this.name,
       hits: this.hits,
       misses: this.misses,
-      evictions: this.lru.evicted,
+      evictions: this.entries.evicted,
       expirations: this.expirations,
       invalidations: this.invalidations,
-      size: this.lru.size,
+      size: this.entries.size,
       maxEntries: this.maxEntries,
       inflight: this.inflight.size,
     }

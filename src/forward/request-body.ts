@@ -25,6 +25,17 @@ export function hasBody(req: IncomingMessage): boolean {
   return length === undefined && isHttp2Request(req) && !(req as IncomingMessage & { stream: { endAfterHeaders: boolean } }).stream.endAfterHeaders
 }
 
+/**
+ * Before a refusal: whether the request has a body not read yet, which must not be read now (it may be 50 MB): the
+ * answer then ends an HTTP/1.1 connection. An HTTP/2 stream's DATA is discarded meanwhile (a paused stream would stop
+ * node reading the whole connection), and the stream is reset once answered.
+ */
+export function leavesBodyUnread(req: IncomingMessage): boolean {
+  const unread = hasBody(req) && !req.readableEnded
+  if (unread && isHttp2Request(req)) req.resume()
+  return unread
+}
+
 /** The first bytes of a body: all of it (`ended`), or the chunks read until more than the bound arrived. */
 interface Prefix {
   chunks: Buffer[]

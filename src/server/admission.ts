@@ -15,7 +15,8 @@ import type { Waiting } from '../common/waiting.js'
 import { TemporarilyUnavailable } from '../errors/oauth-errors.js'
 import { isGrpcRequest } from '../errors/grpc.js'
 import { errorBody, errorHeaders, renderError } from '../errors/render.js'
-import { hasBody } from '../forward/request-body.js'
+import { isHttp2Request } from '../common/http2.js'
+import { leavesBodyUnread } from '../forward/request-body.js'
 import type { Metrics } from '../metrics/metrics.js'
 import type { FastifyBaseLogger } from 'fastify'
 
@@ -25,7 +26,7 @@ import type { FastifyBaseLogger } from 'fastify'
  * is a lower value sized for the deployment (docs/configuration.md, docs/performance.md).
  */
 export const DEFAULT_MAX_IN_FLIGHT = 10_000
-export const DEFAULT_RETRY_AFTER = '1s'
+const DEFAULT_RETRY_AFTER = '1s'
 /** At most one warning about shed requests this often (their count is in the metrics, each one). */
 const LOG_EVERY_MS = 10_000
 
@@ -71,16 +72,13 @@ export function admissionPolicy(config: GatewayConfig): AdmissionPolicy {
 export function shed(req: IncomingMessage, res: ServerResponse, deps: ShedDeps): void {
   const policy = deps.admission
   deps.waiting.noteShed(policy.limit, deps.log)
-  const h2 = req.httpVersionMajor === 2
+  const h2 = isHttp2Request(req)
   deps.metrics.observeRequest(SHED, req.method ?? 'GET', 503, 0, h2 ? 'h2' : 'http1')
-  // A body is never read for a refusal: HTTP/1.1 ends the connection with the answer (the prebuilt head says so);
-  // HTTP/2 discards the stream's DATA and resets it once answered, and a gRPC call gets UNAVAILABLE (14) in a
-  // trailers-only answer, which its client's retry policy knows.
-  const unread = hasBody(req)
-  if (h2) {
-    if (unread) req.resume()
-    return renderError(res, policy.error, { realm: deps.realm, close: unread, grpc: isGrpcRequest(req) })
-  }
+  // A body is never read for a refusal: HTTP/1.1 ends the connection with the answer (the prebuilt head says so),
+  // HTTP/2 resets the stream; a gRPC call gets UNAVAILABLE (14) in a trailers-only answer, which its client's retry
+  // policy knows.
+  const unread = leavesBodyUnread(req)
+  if (h2) return renderError(res, policy.error, { realm: deps.realm, close: unread, grpc: isGrpcRequest(req) })
   res.writeHead(503, (unread ? policy.headClosing : policy.head) as string[])
   res.end(policy.body)
 }

@@ -3,7 +3,7 @@ import { HttpVersionNotSupported } from '../errors/oauth-errors.js'
 import { grpcStatusOf, isGrpcRequest } from '../errors/grpc.js'
 import { renderError } from '../errors/render.js'
 import { refusalCors } from '../cors/response.js'
-import { hasBody } from '../forward/request-body.js'
+import { leavesBodyUnread } from '../forward/request-body.js'
 import { isHttp2Request } from '../common/http2.js'
 import { runStages, type Exchange, type Stage } from './exchange.js'
 import { noteFailure } from './request-record.js'
@@ -18,11 +18,9 @@ export function refuse(ex: Exchange, error: unknown): void {
   if (grpc) ex.grpcStatus = grpcStatusOf(failure)
   // A decision's answer never closes the proxy's connection, and carries no CORS: the proxy's client sees the proxy's.
   if (ex.mode === 'decision') return renderError(res, failure, { realm: rt.realm, resource: ex.resourceMetadata })
-  // A body we did not read must not be read now (it may be 50 MB): close the connection instead (HTTP/2: reset the
-  // stream once answered, its DATA discarded meanwhile: a paused stream would stop node reading the whole
-  // connection); and a client that spoke another HTTP version gets nothing more on this one.
-  const unread = hasBody(req) && !req.readableEnded
-  if (unread && isHttp2Request(req)) req.resume()
+  // A body we did not read is not read now: the connection closes instead (HTTP/2: the stream is reset); and a
+  // client that spoke another HTTP version gets nothing more on this one.
+  const unread = leavesBodyUnread(req)
   renderError(res, failure, {
     realm: rt.realm,
     close: unread || failure instanceof HttpVersionNotSupported,

@@ -74,14 +74,14 @@ function trackConnections(server: Server) {
    * Per socket that carries HTTP (with TLS, the TLS socket): whether it has sent a request. Not the response itself:
    * kept until the next request or the close, that held about 2 KB per idle keep-alive connection (performance.md).
    */
-  const latest = new Map<Socket, boolean>()
+  const hasServed = new Map<Socket, boolean>()
   /** TCP connections whose TLS handshake is not done yet, by remote address: no HTTP socket exists for them. */
   const handshaking = new Map<string, Socket>()
   const remote = (socket: Socket) => `${socket.remoteAddress}|${socket.remotePort}`
   let draining = false
   const track = (socket: Socket) => {
-    latest.set(socket, false)
-    socket.once('close', () => latest.delete(socket))
+    hasServed.set(socket, false)
+    socket.once('close', () => hasServed.delete(socket))
   }
   server.on('connection', (socket: Socket) => {
     if (!secure) return track(socket)
@@ -93,9 +93,9 @@ function trackConnections(server: Server) {
     handshaking.delete(remote(socket))
     track(socket)
   })
-  // First of the 'request' listeners, so that no answer is under way yet. Per request: one Map write, no closure.
+  // First of the 'request' listeners, so that no answer is under way yet. Per request: one Map read (a write on a connection's first), no closure.
   const onRequest = (req: IncomingMessage, res: ServerResponse) => {
-    if (latest.get(req.socket) === false) latest.set(req.socket, true)
+    if (hasServed.get(req.socket) === false) hasServed.set(req.socket, true)
     // RFC 9112 §9.6: an answer that starts while draining says `Connection: close`; node ends the socket after it.
     if (draining) res.shouldKeepAlive = false
   }
@@ -111,14 +111,14 @@ function trackConnections(server: Server) {
   })
   const closeIdle = () => {
     server.closeIdleConnections()
-    for (const [socket, served] of latest) if (!served && !isHttp2Socket(socket)) socket.destroy()
+    for (const [socket, served] of hasServed) if (!served && !isHttp2Socket(socket)) socket.destroy()
     for (const socket of handshaking.values()) socket.destroy()
   }
   return {
     /** Closes the connections without a request in flight, now and every tick after; answers under way end with Connection: close. */
     drain(): NodeJS.Timeout {
       draining = true
-      for (const [socket, served] of latest) {
+      for (const [socket, served] of hasServed) {
         const res = served ? responseUnderWay(socket) : undefined
         if (res && !res.headersSent) res.shouldKeepAlive = false
       }
