@@ -48,8 +48,11 @@ describe('RemoteKeySet', () => {
     expect(issuer.jwksFetches).toBe(1)
     // An ES256 header without kid matches every ES256 key: jose's own answer, as without the index.
     await expect(lookup(keySet, { alg: 'ES256' })).rejects.toBeInstanceOf(errors.JWKSMultipleMatchingKeys)
+    // A kid that names an object's own members, or nothing, finds no key (the index is a Map, never an object's prototype).
+    for (const kid of ['__proto__', 'constructor', 'toString', '']) {
+      await expect(lookup(keySet, { alg: 'ES256', kid })).rejects.toBeInstanceOf(errors.JWKSNoMatchingKey)
+    }
   })
-
 
   it('sends concurrent first lookups down one fetch', async (context) => {
     const { issuer, keySet } = await setup(context)

@@ -161,6 +161,15 @@ describe('server.admission', () => {
     for (const socket of sockets) socket.destroy()
   }, 30_000)
 
+  it('refuses a config whose limit is not a whole number from 0 to 1,000,000, or whose retry_after is not a duration', () => {
+    const minimal = { upstreams: { a: { url: 'builtin:echo' } }, routes: [{ id: 'a', path: '/**', upstream: 'a', auth: 'none' }] }
+    for (const admission of [{ max_in_flight: -1 }, { max_in_flight: 1.5 }, { max_in_flight: 1_000_001 }, { max_in_flight: 'lots' },
+      { retry_after: 'soon' }, { retry_after: 5 }, { max_in_flight: 10, burst: 5 }]) {
+      expect(() => loadConfig('portcullis.yaml', stringify({ ...minimal, server: { admission } }), {}), JSON.stringify(admission))
+        .toThrow(/server\.admission/)
+    }
+  })
+
   it('is on by default, at 10,000 waiting requests a process, with Retry-After 1', () => {
     const minimal = { upstreams: { a: { url: 'builtin:echo' } }, routes: [{ id: 'a', path: '/**', upstream: 'a', auth: 'none' }] }
     const policy = admissionPolicy(loadConfig('portcullis.yaml', stringify(minimal), {}))
