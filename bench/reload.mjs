@@ -1,11 +1,13 @@
 // Does a hot reload of a large route table stall requests in flight? (a measurement, not a test)
-//   npm run build && node bench/reload.mjs [--routes 10000] [--rate 400] [--seconds 8] [--reloads 3] [--against DIR]
+//   npm run build && node bench/reload.mjs [--routes 10000] [--rate 400] [--seconds 8] [--reloads 3] [--pin] [--profile DIR] [--against DIR]
 // Starts `portcullis start` (this build, or DIR's) with `routes` routes to the built-in echo upstream, sends
 // requests on a fixed schedule (open loop: one every 1/rate s, whatever the answers do), and SIGHUPs a changed file
-// `reloads` times, a second and a half apart, from the second second on. Each request's latency is put in the
+// `reloads` times, from the second second on. Each request's latency is put in the
 // window it was sent in: during a reload (from the signal to the "config reloaded" line, plus 100 ms) or not.
-// Prints p50/p99/max of both, and each reload's duration from the log.
-import { spawn } from 'node:child_process'
+// Prints p50/p99/max of both, and each reload's duration from the log. --pin: Portcullis (and its reload worker) on
+// CPU 0 alone, this load generator on CPU 1 (taskset): a reload then competes with the requests for one core.
+// --profile DIR: V8 CPU profiles of Portcullis's threads (the main one and each loader) into DIR.
+import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -19,7 +21,8 @@ import { stringify } from 'yaml'
 const { values: opts } = parseArgs({
   options: {
     routes: { type: 'string', default: '10000' }, rate: { type: 'string', default: '400' }, seconds: { type: 'string', default: '8' },
-    reloads: { type: 'string', default: '3' }, against: { type: 'string' },
+    reloads: { type: 'string', default: '3' }, against: { type: 'string' }, pin: { type: 'boolean', default: false },
+    profile: { type: 'string' },
   },
 })
 const root = path.resolve(opts.against ?? path.join(import.meta.dirname, '..'))
@@ -45,8 +48,14 @@ function configText(generation) {
 const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-reload-'))
 const file = path.join(dir, 'portcullis.yaml')
 writeFileSync(file, configText(0))
-const child = spawn(process.execPath, ['--max-semi-space-size=64', path.join(root, 'dist/cli.js'), 'start', '--config', file],
-  { stdio: ['ignore', 'pipe', 'inherit'] })
+const command = [process.execPath, '--max-semi-space-size=64',
+  ...(opts.profile === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${path.resolve(opts.profile)}`]),
+  path.join(root, 'dist/cli.js'), 'start', '--config', file]
+if (opts.pin) {
+  execFileSync('taskset', ['-p', '-c', '1', String(process.pid)], { stdio: 'ignore' })
+  command.unshift('taskset', '-c', '0')
+}
+const child = spawn(command[0], command.slice(1), { stdio: ['ignore', 'pipe', 'inherit'] })
 const reloaded = []
 let buffer = ''
 child.stdout.setEncoding('utf8').on('data', (chunk) => {
@@ -70,6 +79,9 @@ for (let tries = 0; ; tries++) {
   await sleep(100)
 }
 
+// The files are made before the load starts: making one (yaml's stringify of 10,000 routes) holds this thread
+// long enough to delay the requests due meanwhile, which would be counted as Portcullis's latency.
+const texts = Array.from({ length: RELOADS }, (_, r) => configText(r + 1))
 const samples = []
 const signals = []
 const started = performance.now()
@@ -89,11 +101,14 @@ const tick = async () => {
   }
 }
 const timer = setInterval(tick, 1)
+// Each reload is sent a second and a half after the previous one finished (its "config reloaded" line), so the
+// windows never overlap however long a reload takes.
 for (let r = 1; r <= RELOADS; r++) {
   await sleep(r === 1 ? 2000 : 1500)
-  writeFileSync(file, configText(r))
+  writeFileSync(file, texts[r - 1])
   signals.push(performance.now())
   child.kill('SIGHUP')
+  while (reloaded.length < r) await sleep(10)
 }
 await sleep(Math.max(0, SECONDS * 1000 - (performance.now() - started)))
 clearInterval(timer)

@@ -259,8 +259,8 @@ function resolveAuthServerPaths(as: AuthorizationServerConfig, resolve: (file: s
   }
 }
 
-/** A loaded config, frozen as `loadConfig` returns it (one that crossed from a worker thread comes unfrozen). */
-export function freezeConfig(config: GatewayConfig): GatewayConfig {
+/** A loaded config, or a part of one, frozen as `loadConfig` returns it (one that crossed from a worker thread comes unfrozen). */
+export function freezeConfig<T extends object>(config: T): T {
   return deepFreeze(config)
 }
 

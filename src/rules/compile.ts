@@ -8,8 +8,9 @@
 import { didYouMean } from '../config/suggest.js'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
-import {compileConditions, conditionPaths, type CompiledConditions, type ParamPosition} from '../claims/conditions.js'
+import { compileConditions, conditionPaths, type CompiledConditions, type ParamPosition } from '../claims/conditions.js'
 import type { Problem } from '../common/problem.js'
+import { runAtOnce, type Steps } from '../common/slices.js'
 import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
 import type { ClaimPath } from '../claims/path.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
@@ -18,8 +19,7 @@ import { compileMcp, mcpClaimPaths, type CompiledMcp } from '../mcp/compile.js'
 import { compileScopeImplies, type ImpliedBy } from '../authz/hierarchy.js'
 import type { ResourceChallenge } from '../errors/render.js'
 import { compileRateLimits, type CompiledPolicy } from '../ratelimit/policy.js'
-import { pathProblem } from './normalize.js'
-import { canonicalSegment } from './segments.js'
+import { compareRank, compilePattern, patternsOverlap } from './pattern.js'
 
 export type AuthMode = 'required' | 'optional' | 'none'
 
@@ -67,100 +67,6 @@ export interface CompiledRule {
   readonly rateLimitHeaders: boolean
 }
 
-const LITERAL = 4
-const STAR = 3
-/** Where a pattern has ended: it beats a `**` there (`/a` is more specific than `/a/**` for `/a`). */
-const END = 2
-const GLOBSTAR = 1
-
-const LITERAL_SEGMENT = /^[A-Za-z0-9\-._~!$&'()+,=:@%]*$/
-const PARAM_SEGMENT = /^\{([A-Za-z_][A-Za-z0-9_]*)\}$/
-const NO_PARAMS: ReadonlyMap<string, ParamPosition> = new Map()
-
-interface CompiledPattern {
-  segments: string[]
-  rank: number[]
-  params: ReadonlyMap<string, ParamPosition>
-}
-
-/**
- * Where each `{name}` sits: before the first `**`, at its own index; after the last, counted from the end
- * (every segment there is exactly one request segment). Between two `**`, nowhere in particular: refused.
- */
-function paramPositions(segments: readonly string[], found: ReadonlyMap<string, number>): ReadonlyMap<string, ParamPosition> | string {
-  if (found.size === 0) return NO_PARAMS
-  const first = segments.indexOf('**')
-  const last = segments.lastIndexOf('**')
-  const positions = new Map<string, ParamPosition>()
-  for (const [name, i] of found) {
-    if (first === -1 || i < first) positions.set(name, { index: i, fromEnd: false })
-    else if (i > last) positions.set(name, { index: segments.length - i, fromEnd: true })
-    else return `{${name}} sits between two "**", so no one segment is it`
-  }
-  return positions
-}
-
-function compilePattern(pattern: string): CompiledPattern | string {
-  if (pattern === '/') return { segments: [''], rank: [], params: NO_PARAMS }
-  const segments = pattern.slice(1).split('/')
-  const rank: number[] = []
-  const params = new Map<string, number>()
-  for (const [i, segment] of segments.entries()) {
-    const param = PARAM_SEGMENT.exec(segment)
-    if (segment === '**') {
-      if (segments[i - 1] === '**') return 'has "**" twice in a row'
-      rank.push(GLOBSTAR)
-    } else if (segment === '*') {
-      rank.push(STAR)
-    } else if (param) {
-      // A named `*`: one non-empty segment, ranked as `*`.
-      if (params.has(param[1]!)) return `has the path parameter {${param[1]}} twice`
-      params.set(param[1]!, i)
-      rank.push(STAR)
-    } else if (segment.includes('{') || segment.includes('}')) {
-      return `segment "${segment}": a path parameter is a whole segment, {name}, of letters, digits and _ (not starting with a digit)`
-    } else {
-      if (segment.includes('*')) return `segment "${segment}": "*" and "**" must be whole segments`
-      if (segment === '' && i !== segments.length - 1) return 'has an empty segment ("//")'
-      if (segment === '.' || segment === '..') return 'has a dot-segment'
-      // A literal the request hygiene refuses could never match: say so at load time.
-      if (!LITERAL_SEGMENT.test(segment) || pathProblem(`/${segment}`)) return `segment "${segment}" has a character a request path cannot carry`
-      rank.push(LITERAL)
-    }
-  }
-  const canonical = segments.map((segment) => (PARAM_SEGMENT.test(segment) ? '*' : segment.includes('%') ? canonicalSegment(segment) : segment))
-  const positions = paramPositions(canonical, params)
-  if (typeof positions === 'string') return positions
-  return { segments: canonical, rank, params: positions }
-}
-
-/** Literal beats `*` beats the pattern's end beats `**`, segment by segment from the left. */
-function compareRank(a: readonly number[], b: readonly number[]): number {
-  for (let i = 0; i < Math.max(a.length, b.length); i++) {
-    const diff = (b[i] ?? END) - (a[i] ?? END)
-    if (diff !== 0) return diff
-  }
-  return 0
-}
-
-/** Whether some path matches both patterns (as {@link CompiledRule.segments}). */
-function patternsOverlap(a: readonly string[], b: readonly string[]): boolean {
-  const seen = new Set<number>()
-  const one = (x: string, y: string) => x === y || (x === '*' && y !== '') || (y === '*' && x !== '')
-  const from = (i: number, j: number): boolean => {
-    if (i === a.length && j === b.length) return true
-    const key = i * (b.length + 1) + j
-    if (seen.has(key)) return false
-    seen.add(key)
-    const x = a[i]
-    const y = b[j]
-    if (x === '**' && (from(i + 1, j) || (y !== undefined && from(i, j + 1)))) return true
-    if (y === '**' && (from(i, j + 1) || (x !== undefined && from(i + 1, j)))) return true
-    return x !== undefined && y !== undefined && x !== '**' && y !== '**' && one(x, y) && from(i + 1, j + 1)
-  }
-  return from(0, 0)
-}
-
 /** Most specific first; ties in shape are ordered by method list presence (lists first). */
 export function compareRules(a: CompiledRule, b: CompiledRule): number {
   return compareRank(a.rank, b.rank) || (a.methods ? 0 : 1) - (b.methods ? 0 : 1) || a.index - b.index
@@ -175,7 +81,18 @@ function challengeScope(route: RouteConfig): string | undefined {
   return scopes.length > 0 ? scopes.join(' ') : undefined
 }
 
-export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; problems: Problem[] } {
+export interface CompiledRules { rules: CompiledRule[]; problems: Problem[] }
+
+/** Routes compiled between two pauses when run in slices (common/slices.ts): a few milliseconds of work. */
+const SLICE = 250
+
+/** The route table of `config`, in one go (loading, `portcullis check`, the first start). */
+export function compileRules(config: GatewayConfig): CompiledRules {
+  return runAtOnce(compileRuleSteps(config))
+}
+
+/** The route table as steps: yields after every {@link SLICE} routes; returns the sorted table and every problem. */
+export function* compileRuleSteps(config: GatewayConfig): Steps<CompiledRules> {
   const defaultMaxBody = parseSize(config.server?.max_body_size ?? '10mb')
   const rules: CompiledRule[] = []
   const problems: Problem[] = []
@@ -184,7 +101,8 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
   const resources = compileResources(config).byRoute
   const impliedBy = compileScopeImplies(config.scope_implies, problems)
   const rateLimits = compileRateLimits(config, problems).byRoute
-  config.routes.forEach((route: RouteConfig, index) => {
+  for (const [index, route] of config.routes.entries()) {
+    if (index > 0 && index % SLICE === 0) yield
     const at = ['routes', index]
     if (ids.has(route.id)) problems.push({ path: [...at, 'id'], message: `duplicate route id (also routes[${ids.get(route.id)}])` })
     ids.set(route.id, index)
@@ -198,7 +116,7 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
     const compiled = compilePattern(route.path)
     if (typeof compiled === 'string') {
       problems.push({ path: [...at, 'path'], message: compiled })
-      return
+      continue
     }
     for (const key of ['claims', 'claim_headers'] as const) {
       if (auth === 'none' && route[key]) problems.push({ path: [...at, key], message: `${key} needs auth: required or optional` })
@@ -229,9 +147,11 @@ export function compileRules(config: GatewayConfig): { rules: CompiledRule[]; pr
       rateLimits: rateLimits.get(route.id) ?? null,
       rateLimitHeaders: route.rate_limit_headers ?? true,
     })
-  })
+  }
+  yield
   rules.sort(compareRules)
-  reportTies(rules, problems)
+  yield
+  yield* tieSteps(rules, problems)
   return { rules, problems }
 }
 
@@ -247,7 +167,8 @@ function literalPrefix(segments: readonly string[]): string {
  * prefix sits at the same segments in both, before any `**`): compared in those groups, the check stays linear in
  * the number of routes for a real table rather than quadratic.
  */
-function reportTies(rules: readonly CompiledRule[], problems: Problem[]): void {
+function* tieSteps(rules: readonly CompiledRule[], problems: Problem[]): Steps<void> {
+  let sinceYield = 0
   for (let start = 0; start < rules.length;) {
     let end = start + 1
     while (end < rules.length && compareRank(rules[start]!.rank, rules[end]!.rank) === 0) end++
@@ -261,7 +182,9 @@ function reportTies(rules: readonly CompiledRule[], problems: Problem[]): void {
     for (const group of groups.values()) {
       for (let i = 0; i < group.length; i++) for (let j = i + 1; j < group.length; j++) reportTie(group[i]!, group[j]!, problems)
     }
+    sinceYield += end - start
     start = end
+    if (sinceYield >= SLICE) { sinceYield = 0; yield }
   }
 }
 

@@ -21,7 +21,7 @@ import { MalformedRequest } from '../errors/oauth-errors.js'
 import { clientErrorResponse, renderError, renderErrorOnSocket } from '../errors/render.js'
 import { GatewayPipeline } from './pipeline.js'
 import { requestHeadProblem } from './request-head.js'
-import { buildRuntime, closeRuntime, type RuntimeDependencies } from './runtime.js'
+import { buildRuntime, buildRuntimeInSlices, closeRuntime, type RuntimeDependencies } from './runtime.js'
 import { setTracing, tracing, Tracing } from '../tracing/tracing.js'
 import { DecisionEndpoint } from './decision.js'
 import { createDecisionServer } from './decision-listener.js'
@@ -36,10 +36,11 @@ export { loggableUrl, REDACTED_PATHS } from './log-redaction.js'
 export interface GatewayHandle {
   /**
    * Hot reload: puts a new, already validated config in service (routes, scopes, issuers, caches' policies,
-   * upstreams, forwarding, the TLS certificate, the log level). Throws, changing nothing, when it cannot be
-   * applied; returns what it could not apply without a restart.
+   * upstreams, forwarding, the TLS certificate, the log level). Rejects, changing nothing, when it cannot be
+   * applied; resolves to what it could not apply without a restart. The new route table is compiled a slice at
+   * a time, requests in flight being served between slices, and swapped in at once.
    */
-  applyConfig(config: GatewayConfig): string[]
+  applyConfig(config: GatewayConfig): Promise<string[]>
   /** Drops a token, or every token of a jti, subject or client, from the verified-JWT and introspection caches. */
   invalidate(selector: InvalidationSelector): number
   cacheStats(): CacheStats[]
@@ -200,7 +201,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   metrics.bindGateway({ cacheStats: () => authenticator().cacheStats(), keySetStats: () => authenticator().keySetStats() })
 
   let current = config
-  const applyConfig = (next: GatewayConfig): string[] => {
+  const applyConfig = async (next: GatewayConfig): Promise<string[]> => {
     const nextTls = next.server?.tls
     if (Boolean(nextTls) !== Boolean(tls)) throw new Error('server.tls cannot be turned on or off by a reload: restart')
     // Read before anything changes, so an unreadable certificate fails the reload as a whole.
@@ -209,7 +210,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
       // The CAs client certificates are checked against (tls_client_auth): replaced with the rest, never dropped.
       ...(nextTls.client_certificates === 'request' && nextTls.client_ca_file !== undefined && { ca: readFileSync(nextTls.client_ca_file) }),
     }
-    const runtime = buildRuntime(next, deps, pipeline!.runtime)
+    const runtime = await buildRuntimeInSlices(next, deps, pipeline!.runtime)
     if (secureContext) (app.server as https.Server).setSecureContext(secureContext)
     pipeline!.swap(runtime)
     if (next.log?.level !== undefined) app.log.level = next.log.level

@@ -189,7 +189,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
     try {
       // Off the event loop: a large file takes long enough to parse and check that requests would wait for it.
       const next = await loadConfigOffThread(file, nextText, env)
-      const needsRestart = gateway.gateway.applyConfig(next)
+      const needsRestart = await gateway.gateway.applyConfig(next)
       config = next
       text = nextText
       gateway.metrics.configReloads.inc({ result: 'success' })

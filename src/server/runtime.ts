@@ -16,7 +16,8 @@ import { createUpstream, type Upstream } from '../forward/proxy.js'
 import { addedHeaderNames, createHeaderPolicy, type HeaderPolicy } from '../forward/header-policy.js'
 import { enterKnownHeaderNames } from '../forward/known-names.js'
 import type { Metrics } from '../metrics/metrics.js'
-import { compileRules } from '../rules/compile.js'
+import { compileRuleSteps } from '../rules/compile.js'
+import { runAtOnce, runInSlices, type Steps } from '../common/slices.js'
 import { compileClaimPlan, type ClaimPlan } from '../rules/claim-plan.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
 import type { CompiledRule } from '../rules/compile.js'
@@ -91,8 +92,21 @@ function authnSource(config: GatewayConfig, plan: ClaimPlan): string {
 
 /** Builds a runtime from `config`, taking from `previous` what is unchanged. */
 export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, previous?: GatewayRuntime): GatewayRuntime {
-  const { rules } = compileRules(config)
+  return runAtOnce(runtimeSteps(config, deps, previous))
+}
+
+/**
+ * The same for a hot reload: built a slice at a time (the route table 250 routes at a time, then each table
+ * made from it), the requests in flight being served between slices; 10,000 routes take tens of milliseconds.
+ */
+export function buildRuntimeInSlices(config: GatewayConfig, deps: RuntimeDependencies, previous: GatewayRuntime): Promise<GatewayRuntime> {
+  return runInSlices(runtimeSteps(config, deps, previous))
+}
+
+function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previous: GatewayRuntime | undefined): Steps<GatewayRuntime> {
+  const { rules } = yield* compileRuleSteps(config)
   const plan = compileClaimPlan(config, rules)
+  yield
   const authn = authnSource(config, plan)
   const authenticator = previous && previous.source.authn === authn
     ? previous.authenticator
@@ -132,11 +146,15 @@ export function buildRuntime(config: GatewayConfig, deps: RuntimeDependencies, p
   const headerPolicy = createHeaderPolicy(config.forward, Boolean(config.server?.tls), { names: plan.headerNames, byIssuer: plan.byIssuer },
     dpop.settings.forwardProof ? [] : ['dpop'])
   enterKnownHeaderNames(addedHeaderNames(headerPolicy, plan.headerNames))
+  yield
+  const routes = new RouteIndex(rules)
+  yield
+  const cors = compileCorsRuntime(config, rules)
   return {
     rules,
-    routes: new RouteIndex(rules),
+    routes,
     resourceMetadata: byMetadataPath.size > 0 ? byMetadataPath : null,
-    cors: compileCorsRuntime(config, rules),
+    cors,
     authenticator,
     upstreams,
     headerPolicy,

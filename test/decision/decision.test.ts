@@ -349,14 +349,14 @@ describe('reload', () => {
       const ask = () => fetch(`${running.decisionUrl!}/decide`, { headers: { 'x-original-method': 'GET', 'x-original-uri': '/public/x' } })
       expect((await ask()).headers.get('cache-control')).toBe('s-maxage=1')
       const next = loadConfig('portcullis.yaml', stringify(config({ trust: { addresses: ['10.0.0.0/8'] } })), {})
-      expect(running.app.gateway.applyConfig(next)).toEqual([])
+      expect(await running.app.gateway.applyConfig(next)).toEqual([])
       const refused = await ask()
       expect(refused.status).toBe(403)
       const again = loadConfig('portcullis.yaml', stringify(config({ cache_ttl: '0s' })), {})
-      expect(running.app.gateway.applyConfig(again)).toEqual([])
+      expect(await running.app.gateway.applyConfig(again)).toEqual([])
       expect((await ask()).headers.get('cache-control')).toBe('no-store')
       const moved = loadConfig('portcullis.yaml', stringify(config({ listen: '127.0.0.1:1' })), {})
-      expect(running.app.gateway.applyConfig(moved)).toEqual(['decision.listen, decision.tls'])
+      expect(await running.app.gateway.applyConfig(moved)).toEqual(['decision.listen, decision.tls'])
     } finally {
       await running.close()
     }

@@ -4,7 +4,7 @@
  * and graceful shutdown — against the real process (runPortcullis in-process, or the compiled CLI).
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import http2 from 'node:http2'
 import https from 'node:https'
@@ -335,6 +335,48 @@ describe('signals (the compiled CLI)', () => {
     // The file watch may reload first; the signal reloads all the same, and says so.
     await waitFor(() => lines.some((line) => line.includes('"trigger":"SIGHUP"') && line.includes('"msg":"config reloaded"')))
   })
+
+  it('SIGHUP with 1,300 routes: every route comes back from the worker thread (sent in pieces of 500) and is in service', async (context) => {
+    const { child, lines, base, port, token } = await servingCli(context)
+    const file = child.spawnargs.at(-1)!
+    const routes = Array.from({ length: 1_300 }, (_, i) => ({ id: `r${i}`, path: `/r${i}/**`, upstream: 'main', scopes: { all: ['orders:read'] } }))
+    writeFileSync(file, stringify({ ...base, routes }))
+    child.kill('SIGHUP')
+    await waitFor(() => lines.some((line) => line.includes('"trigger":"SIGHUP"') && line.includes('"msg":"config reloaded"')), 15_000)
+    // The first and last route of every piece, and of every 250-route slice of the compile.
+    for (const i of [0, 249, 250, 499, 500, 999, 1_000, 1_250, 1_299]) {
+      const res = await get(`http://127.0.0.1:${port}/r${i}/x`, token)
+      expect(res.status, `routes[${i}]`).toBe(200)
+      expect(await res.json()).toMatchObject({ url: `/r${i}/x` })
+    }
+    expect((await get(`http://127.0.0.1:${port}/r1300/x`, token)).status).toBe(404)
+    expect((await get(`http://127.0.0.1:${port}/orders/1`, token)).status).toBe(404)
+  }, 30_000)
+
+  it.runIf(process.platform === 'linux')('SIGHUP: the worker thread that parses the file runs at the lowest priority (nice 19), the event loop at its own (Linux: /proc)', async (context) => {
+    const { child, lines, base } = await servingCli(context)
+    const file = child.spawnargs.at(-1)!
+    const niceOf = (tid: string) => {
+      try {
+        const stat = readFileSync(`/proc/${child.pid}/task/${tid}/stat`, 'utf8')
+        return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]) // field 19, nice (proc(5))
+      } catch { return undefined } // the thread ended meanwhile
+    }
+    const threads = () => readdirSync(`/proc/${child.pid}/task`)
+    const before = new Set(threads())
+    expect(niceOf(String(child.pid))).toBe(0)
+    // Long enough to parse that the thread is seen: 10,000 routes take about a second.
+    const routes = Array.from({ length: 10_000 }, (_, i) => ({ id: `r${i}`, path: `/r${i}/**`, upstream: 'main' }))
+    writeFileSync(file, stringify({ ...base, routes }))
+    child.kill('SIGHUP')
+    let seen: number | undefined
+    await waitFor(() => {
+      seen = threads().filter((tid) => !before.has(tid)).map(niceOf).find((nice) => nice === 19)
+      return seen !== undefined || lines.some((line) => line.includes('"msg":"config reloaded"'))
+    }, 15_000)
+    expect(seen).toBe(19)
+    expect(niceOf(String(child.pid))).toBe(0)
+  }, 30_000)
 
   it('SIGHUP with a broken file: the worker thread\'s problems are logged with file:line:col, and the config in service stays', async (context) => {
     const { child, lines, base, port, token } = await servingCli(context)

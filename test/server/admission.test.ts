@@ -191,7 +191,7 @@ describe('server.admission', () => {
         { id: 'down', path: '/down/**', upstream: 'gone', auth: 'none' },
       ],
     }), {})
-    expect(gateway.app.gateway.applyConfig(protectedConfig)).toEqual([])
+    expect(await gateway.app.gateway.applyConfig(protectedConfig)).toEqual([])
     for (let i = 0; i < 5; i++) {
       expect((await fetch(`${gateway.url}/nowhere`)).status).toBe(404)
       expect((await fetch(`${gateway.url}/open/x`, { method: 'DELETE' })).status).toBe(405)
@@ -225,7 +225,7 @@ describe('server.admission', () => {
     await upstream.until(2)
     expect((await fetch(`${gateway.url}/shed`)).status).toBe(503)
     const next = loadConfig('portcullis.yaml', stringify(config(upstream, { max_in_flight: 3 })), {})
-    expect(gateway.app.gateway.applyConfig(next)).toEqual([])
+    expect(await gateway.app.gateway.applyConfig(next)).toEqual([])
     const third = hold(gateway, 1, 2)
     await upstream.until(3)
     expect((await fetch(`${gateway.url}/shed-again`)).status).toBe(503)
