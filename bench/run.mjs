@@ -39,6 +39,7 @@
 //   d-info         (d) with the default log level, info: one JSON line per request on stdout
 //   d-info-buffered  the same with log.buffer: 4kb (one write per ~20 lines)
 //   d-w1, d-w2     (d) with server.workers 1 and 2, not pinned: workers and load generator share both cores
+//   d-limit-w2     (d-w2) with a rate limit per client, memory store: each limited request asks the primary
 //   b@2000    (b) and (d) at a fixed 2 000 requests/s: latency at a moderate load
 //   d@2000
 //   i         memory of the token caches with `entries` tokens each, and their bound (bench/memory.mjs)
@@ -385,8 +386,8 @@ function childPids(pid) {
  * Issue 24: Portcullis with `server.workers: n`, not pinned (its workers and the load generator share both
  * cores: what (d) on one pinned core does not show); `procs` are the primary and its workers, CPU summed.
  */
-const workersProxy = (id, n) => async (rep) => {
-  const yaml = (port) => jwtYaml(port).replace(`server: { listen: "127.0.0.1:${port}" }`, `server: { listen: "127.0.0.1:${port}", workers: ${n} }`)
+const workersProxy = (id, n, baseYaml = jwtYaml) => async (rep) => {
+  const yaml = (port) => baseYaml(port).replace(`server: { listen: "127.0.0.1:${port}" }`, `server: { listen: "127.0.0.1:${port}", workers: ${n} }`)
   // Both cores, explicitly: a child inherits this process's affinity (CPU 1) otherwise.
   const { proc, port, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), yaml, undefined, '0,1')
   let workers = []
@@ -646,6 +647,15 @@ const SCENARIOS = [
     start: workersProxy(`d-w${n}`, n),
     gate: (t) => proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' }), load: () => ({ options: { headers: bearer(ctx.hotToken) } }),
   })),
+  // (d-w2) with a rate limit per client the run never reaches, memory store: the primary counts for both workers.
+  { id: 'd-limit-w2', label: '(d) with server.workers: 2 and a rate limit per client, memory store (the primary counts), not pinned', kind: 'proxy', newFeature: true,
+    start: workersProxy('d-limit-w2', 2, limitYaml('memory')),
+    async gate(t) {
+      await proxyGate(t, ctx.hotToken, { auth: true, subject: 'load-user-0' })
+      const res = await request(t.url, { headers: bearer(ctx.hotToken) })
+      expect(res.status === 200 && /^"per-client";r=\d+;t=\d+$/.test(res.headers.ratelimit ?? ''), `expected 200 with RateLimit, got ${res.status} ${res.headers.ratelimit}`)
+    },
+    load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },
   { id: 'b@2000', label: `(b) bare proxy at a fixed ${FIXED_RATE.toLocaleString('en-US')} req/s`, kind: 'proxy', rate: FIXED_RATE,
     start: (rep) => helperProxy('b@2000', ['bench/bare-proxy.mjs', ctx.upstream])(rep),
     gate: (t) => proxyGate(t, ctx.hotToken), load: () => ({ options: { headers: bearer(ctx.hotToken) } }) },

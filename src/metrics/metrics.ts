@@ -70,7 +70,7 @@ export class Metrics {
     'Requests refused with 429 by a rate limit policy, by route id and policy name; never by key.',
     ['route', 'policy'], this.registry)
   readonly rateLimitStoreErrors = new PlainCounter('portcullis_rate_limit_store_errors_total',
-    'Rate limit checks the shared store (Redis) could not answer, by policy and what the policy did: open (let through) or closed (503).',
+    'Rate limit checks the shared store (Redis, or the primary under server.workers) could not answer, by policy and what the policy did: open (let through) or closed (503).',
     ['policy', 'outcome'], this.registry)
   readonly upstreamDuration = new PlainHistogram('portcullis_upstream_duration_seconds',
     'Time from sending a request upstream to the end of its response, by upstream name and outcome.',

@@ -43,3 +43,20 @@ export function gcra(storedTat: number, now: number, { emissionMs, toleranceMs }
   }
   return { allowed: true, tat: next, remaining: Math.floor((toleranceMs - (next - now) + 0.01) / emissionMs), retryAfterMs: 0, resetMs: Math.ceil(next - now) }
 }
+
+/**
+ * One request against several policies, all or nothing: each policy's outcome as {@link gcra} gives it, but the
+ * TATs are to be stored only if every policy admits. When one refuses, the others spend nothing, and their
+ * outcomes say what is left without this request (`remaining` one more, `resetMs` as before it, `tat` the stored
+ * one): a client refused by a tight policy keeps the budget of a roomy one.
+ */
+export function gcraAll(storedTats: readonly number[], now: number, parameters: readonly GcraParameters[]): { admitted: boolean; outcomes: GcraOutcome[] } {
+  const outcomes = storedTats.map((stored, i) => gcra(stored, now, parameters[i]!))
+  if (outcomes.every((outcome) => outcome.allowed)) return { admitted: true, outcomes }
+  return {
+    admitted: false,
+    outcomes: outcomes.map((outcome, i) => (outcome.allowed
+      ? { allowed: true, tat: storedTats[i]!, remaining: outcome.remaining + 1, retryAfterMs: 0, resetMs: Math.max(0, Math.ceil(storedTats[i]! - now)) }
+      : outcome)),
+  }
+}

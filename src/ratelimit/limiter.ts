@@ -1,12 +1,15 @@
 /**
  * Rate limits at the gateway: after authentication (a forged token never reaches this, so it cannot
  * spend another client's budget) and before forwarding, each of the route's policies takes one request from
- * the bucket of the request's key. All must admit; the first that refuses answers 429 with `Retry-After`.
+ * the bucket of the request's key, all or nothing: every policy is checked, and the takes are stored only if
+ * all admit, so a request refused by one policy spends nothing of the others. The first that refuses answers 429
+ * with `Retry-After` (the longest wait of those that refuse).
  * Admitted responses carry the RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers-10)
  * unless the route opts out.
  *
- * In memory a check is synchronous (the cache-hit path stays promise-free); on Redis it is one round trip.
- * The buckets outlive reloads: a policy whose settings are unchanged keeps its state.
+ * In memory a check is synchronous (the cache-hit path stays promise-free); on Redis it is one round trip (one
+ * script for all the policies); under `server.workers` with the memory store the primary counts (shared.ts), one
+ * IPC round trip. The buckets outlive reloads: a policy whose settings are unchanged keeps its state.
  */
 import type { IncomingMessage } from 'node:http'
 import { isIPv6 } from 'node:net'
@@ -18,9 +21,10 @@ import { parseDuration } from '../config/units.js'
 import { RateLimited, TemporarilyUnavailable } from '../errors/oauth-errors.js'
 import type { Metrics } from '../metrics/metrics.js'
 import type { GcraOutcome } from './gcra.js'
-import { MemoryBuckets } from './memory.js'
+import { MemoryBuckets, takeAll } from './memory.js'
 import type { Budget, CompiledPolicy } from './policy.js'
 import type { RedisBuckets } from './redis.js'
+import type { SharedBuckets } from './shared.js'
 
 /** What an admitted request's response carries: `[name, value, …]`, or null without fields. */
 export type RateLimitFields = string[] | null
@@ -41,6 +45,9 @@ export interface CountedRequest {
 /** A policy taken from, with the budget it was taken under and what the take said. */
 type Settled = [CompiledPolicy, Budget, GcraOutcome]
 
+/** Each of a request's policies with the key value it counts the request under and the budget for that value. */
+type Resolved = ReadonlyArray<readonly [CompiledPolicy, string, Budget]>
+
 export interface LimiterOptions {
   /** The policies the routes use (compiled with them: rules/compile.ts), each once. */
   readonly policies: Iterable<CompiledPolicy>
@@ -51,6 +58,8 @@ export interface LimiterOptions {
   readonly previous?: RateLimiter | undefined
   /** Opens the Redis store (url, prefix): only called when `store.type` is redis. */
   readonly openRedis?: ((timeoutMs: number) => RedisBuckets) | undefined
+  /** Under `server.workers` with the memory store: the primary, which counts for every worker. */
+  readonly shared?: SharedBuckets | undefined
   readonly now?: () => number
 }
 
@@ -92,11 +101,14 @@ export class RateLimiter {
   readonly redis: RedisBuckets | null
   private readonly storeKey: string
   private readonly now: () => number
+  /** `rate_limits.store.max_keys`: the keys one policy keeps in memory. */
+  private readonly maxKeys: number
 
   constructor(private readonly options: LimiterOptions) {
     const { config, previous } = options
     this.now = options.now ?? Date.now
     const store = config?.store
+    this.maxKeys = store?.max_keys ?? 100_000
     this.storeKey = JSON.stringify(store ?? {})
     const sameStore = previous !== undefined && previous.storeKey === this.storeKey
     this.redis = store?.type === 'redis'
@@ -105,7 +117,7 @@ export class RateLimiter {
     for (const policy of options.policies) {
       this.fingerprints.set(policy.name, policy.fingerprint)
       const kept = sameStore && previous.fingerprints.get(policy.name) === policy.fingerprint ? previous.memory.get(policy.name) : undefined
-      if (this.redis === null) this.memory.set(policy.name, kept ?? new MemoryBuckets(store?.max_keys ?? 100_000))
+      if (this.redis === null && options.shared === undefined) this.memory.set(policy.name, kept ?? new MemoryBuckets(this.maxKeys))
     }
   }
 
@@ -131,39 +143,37 @@ export class RateLimiter {
   }
 
   /**
-   * Takes one request from each of `policies` for this request; throws RateLimited (429) or, for a closed
-   * policy whose store failed, TemporarilyUnavailable (503). Returns the fields for the response. `forwarded`:
-   * the client's address is the last `X-Forwarded-For` entry (a trusted balancer, or the decision endpoint's proxy).
+   * Takes one request from each of the route's policies for this request, all or nothing; throws RateLimited (429)
+   * or, for a closed policy whose store failed, TemporarilyUnavailable (503). Returns the fields for the response.
+   * `forwarded`: the client's address is the last `X-Forwarded-For` entry (a trusted balancer, or the decision
+   * endpoint's proxy).
    */
   check(request: CountedRequest, headers: boolean): RateLimitFields | Promise<RateLimitFields> {
-    if (this.redis !== null) return this.checkShared(request, headers)
+    // Every key first: a policy that refuses a request without its key spends nothing of the others.
+    const resolved: Resolved = request.rule.rateLimits!.map((policy) => [policy, ...this.resolve(policy, request)] as const)
+    if (this.redis !== null || this.options.shared !== undefined) return this.checkElsewhere(request.rule.id, resolved, headers)
     const now = this.now()
-    const results: Settled[] = []
-    const policies = request.rule.rateLimits!
-    for (const policy of policies) {
-      const [value, budget] = this.resolve(policy, request)
-      results.push([policy, budget, this.memory.get(policy.name)!.take(value, now, budget.parameters)])
-      this.settle(request.rule.id, results, headers)
-    }
-    return headers ? fields(results) : null
+    const outcomes = takeAll(resolved.map(([policy, key, budget]) => ({ bucket: this.memory.get(policy.name)!, key, parameters: budget.parameters })), now)
+    return this.settle(request.rule.id, resolved, outcomes, headers)
   }
 
-  private async checkShared(request: CountedRequest, headers: boolean): Promise<RateLimitFields> {
-    const results: Settled[] = []
-    for (const policy of request.rule.rateLimits!) {
-      const [value, budget] = this.resolve(policy, request)
-      let outcome: GcraOutcome
-      try {
-        outcome = await this.redis!.take(policy.name, value, budget.parameters)
-      } catch (error) {
-        this.options.metrics.rateLimitStoreErrors.labels(policy.name, policy.failOpen ? 'open' : 'closed').value++
-        if (policy.failOpen) continue
-        throw new TemporarilyUnavailable(`rate limit store unavailable (${policy.name})`, 1, error)
-      }
-      results.push([policy, budget, outcome])
-      this.settle(request.rule.id, results, headers)
+  /** Redis, or the primary under `server.workers`: one round trip for all the policies. */
+  private async checkElsewhere(route: string, resolved: Resolved, headers: boolean): Promise<RateLimitFields> {
+    let outcomes: GcraOutcome[]
+    try {
+      outcomes = this.redis !== null
+        ? await this.redis.takeAll(resolved.map(([policy, key, budget]) => ({ policy: policy.name, key, parameters: budget.parameters })))
+        : await this.options.shared!.takeAll(resolved.map(([policy, key, budget]) => ({
+          bucket: `${policy.name}\n${policy.fingerprint}`, key, parameters: budget.parameters, maxKeys: this.maxKeys,
+        })))
+    } catch (error) {
+      // `on_store_failure`: the open policies are skipped, a closed one answers 503.
+      for (const [policy] of resolved) this.options.metrics.rateLimitStoreErrors.labels(policy.name, policy.failOpen ? 'open' : 'closed').value++
+      const closed = resolved.find(([policy]) => !policy.failOpen)
+      if (closed !== undefined) throw new TemporarilyUnavailable(`rate limit store unavailable (${closed[0].name})`, 1, error)
+      return null
     }
-    return headers ? fields(results) : null
+    return this.settle(route, resolved, outcomes, headers)
   }
 
   /** The key value and budget of `policy` for this request (an override's, if the value has one). */
@@ -181,12 +191,15 @@ export class RateLimiter {
     return [value, policy.overrides?.get(value) ?? policy.budget]
   }
 
-  /** The last of `results` just taken: refused (429) unless allowed. */
-  private settle(route: string, results: Settled[], headers: boolean): void {
-    const [policy, budget, outcome] = results[results.length - 1]!
-    if (outcome.allowed) return
+  /** Admitted: the response's fields. Refused: 429 naming the first policy that refused, after the longest wait. */
+  private settle(route: string, resolved: Resolved, outcomes: readonly GcraOutcome[], headers: boolean): RateLimitFields {
+    const results: Settled[] = resolved.map(([policy, , budget], i) => [policy, budget, outcomes[i]!])
+    const refused = results.filter(([, , outcome]) => !outcome.allowed)
+    if (refused.length === 0) return headers ? fields(results) : null
+    const [policy, budget] = refused[0]!
     this.options.metrics.observeRateLimited(route, policy.name)
-    throw new RateLimited(policy.name, Math.max(1, Math.ceil(outcome.retryAfterMs / 1000)), headers ? fields(results) : null,
+    const retryAfterMs = Math.max(...refused.map(([, , outcome]) => outcome.retryAfterMs))
+    throw new RateLimited(policy.name, Math.max(1, Math.ceil(retryAfterMs / 1000)), headers ? fields(results) : null,
       `${policy.name}: limit ${budget.limit} per ${policy.windowSeconds}s reached`)
   }
 

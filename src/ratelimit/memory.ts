@@ -5,19 +5,21 @@
  * bounds memory at the price of letting a key evicted early spend its budget again (documented; size it to
  * the keys of one window).
  */
-import { gcra, type GcraOutcome, type GcraParameters } from './gcra.js'
+import { gcraAll, type GcraOutcome, type GcraParameters } from './gcra.js'
 
 export class MemoryBuckets {
   private readonly tats = new Map<string, number>()
   constructor(private readonly maxKeys: number) {}
 
-  take(key: string, now: number, parameters: GcraParameters): GcraOutcome {
-    const outcome = gcra(this.tats.get(key) ?? 0, now, parameters)
-    if (outcome.allowed) {
-      if (this.tats.size >= this.maxKeys && !this.tats.has(key)) this.makeRoom(now)
-      this.tats.set(key, outcome.tat)
-    }
-    return outcome
+  /** The key's stored TAT; 0 when unknown (a full bucket). */
+  tatOf(key: string): number {
+    return this.tats.get(key) ?? 0
+  }
+
+  /** Stores what an admitted request made the key's TAT. */
+  set(key: string, tat: number, now: number): void {
+    if (this.tats.size >= this.maxKeys && !this.tats.has(key)) this.makeRoom(now)
+    this.tats.set(key, tat)
   }
 
   get size(): number {
@@ -35,4 +37,18 @@ export class MemoryBuckets {
       this.tats.delete(key)
     }
   }
+}
+
+/** One policy's take for one request: its buckets (by policy), the key value counted, its budget. */
+export interface BucketTake {
+  readonly bucket: MemoryBuckets
+  readonly key: string
+  readonly parameters: GcraParameters
+}
+
+/** The takes of one request, all or nothing (gcra.ts {@link gcraAll}): stored only when every policy admits. */
+export function takeAll(takes: readonly BucketTake[], now: number): GcraOutcome[] {
+  const { admitted, outcomes } = gcraAll(takes.map((take) => take.bucket.tatOf(take.key)), now, takes.map((take) => take.parameters))
+  if (admitted) for (const [i, take] of takes.entries()) take.bucket.set(take.key, outcomes[i]!.tat, now)
+  return outcomes
 }

@@ -1,7 +1,8 @@
 /**
  * What the primary and its workers say to each other under `server.workers`, over node:cluster's
- * IPC channel. Never on the request path: revocations, reloads and readiness only. Connections are spread by
- * the OS (SCHED_NONE), not passed through the primary.
+ * IPC channel: revocations, reloads and readiness; on the request path only what must be counted once for all
+ * the workers (DPoP proof marks, rate limits with the memory store). Connections are spread by the OS
+ * (SCHED_NONE), not passed through the primary.
  */
 import cluster from 'node:cluster'
 import type { Broadcast, RevocationMessage } from '../authserver/broadcast.js'
@@ -21,11 +22,21 @@ export type ClusterMessage =
   | { readonly portcullis: 'first-use?'; readonly id: number; readonly key: string; readonly ttlSeconds: number }
   | { readonly portcullis: 'first-use'; readonly id: number; readonly first: boolean }
   /**
+   * worker → primary, and the answer: the rate-limit takes of the requests of one event-loop turn, each request's
+   * all or nothing (ratelimit/shared.ts; server/cluster-rates.ts). A take: bucket, key, emission ms, tolerance ms,
+   * max keys; an outcome: allowed (1 or 0), remaining, retry after ms, reset ms.
+   */
+  | { readonly portcullis: 'rate?'; readonly batch: ReadonlyArray<{ readonly id: number; readonly takes: ReadonlyArray<RateTake> }> }
+  | { readonly portcullis: 'rate'; readonly batch: ReadonlyArray<{ readonly id: number; readonly outcomes: ReadonlyArray<RateOutcome> }> }
+  /**
    * worker → primary at start, and the answer: the DPoP nonce key every worker uses when `dpop.nonce_secret` is
    * not set (made once by the primary, so that the workers accept each other's nonces; base64url).
    */
   | { readonly portcullis: 'nonce-key?' }
   | { readonly portcullis: 'nonce-key'; readonly key: string }
+
+export type RateTake = readonly [bucket: string, key: string, emissionMs: number, toleranceMs: number, maxKeys: number]
+export type RateOutcome = readonly [allowed: 0 | 1, remaining: number, retryAfterMs: number, resetMs: number]
 
 export function isClusterMessage(value: unknown): value is ClusterMessage {
   return typeof value === 'object' && value !== null && typeof (value as { portcullis?: unknown }).portcullis === 'string'

@@ -9,8 +9,8 @@
  * - SIGHUP is passed to every worker as a reload; SIGTERM and SIGINT to every worker as a drain, and the
  *   primary exits when they all have;
  * - it relays revocations from one worker to the others, keeps the brute-force counters
- *   (rate-limiter-flexible's RateLimiterClusterMaster) and the marks of DPoP proofs used, so all three hold
- *   across workers;
+ *   (rate-limiter-flexible's RateLimiterClusterMaster), the marks of DPoP proofs used and the rate limits' buckets
+ *   with the memory store (ratelimit/shared.ts), so all four hold across workers;
  * - it serves the admin listener: one `/metrics` scrape of every worker (prom-client's AggregatorRegistry:
  *   counters summed, histograms merged, process metrics apart by their `worker` label), `/healthz`, and
  *   `/readyz` (every worker running and ready).
@@ -25,6 +25,8 @@ import { RateLimiterClusterMaster } from 'rate-limiter-flexible'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseListen } from '../config/listen.js'
 import { FirstUseMarks, isClusterMessage, type ClusterMessage } from './cluster-messages.js'
+import { answerRates } from './cluster-rates.js'
+import { SharedBucketsHost } from '../ratelimit/shared.js'
 import { adminServer } from './admin.js'
 import { workerExecArgv } from './young-generation.js'
 
@@ -68,12 +70,14 @@ export async function runPrimary(config: GatewayConfig, count: number): Promise<
     for (const worker of connectedWorkers()) if (worker !== from) worker.send(message)
   }
   const marks = new FirstUseMarks()
+  const rates = new SharedBucketsHost()
   // `dpop.nonce` without `nonce_secret`: one key for every worker, replacements included, asked for at start.
   const nonceKey = randomBytes(32).toString('base64url')
   cluster.on('message', (worker, message: unknown) => {
     if (!isClusterMessage(message)) return
     if (message.portcullis === 'broadcast') relay(worker, message)
     if (message.portcullis === 'nonce-key?' && worker.isConnected()) worker.send({ portcullis: 'nonce-key', key: nonceKey } satisfies ClusterMessage)
+    if (message.portcullis === 'rate?' && worker.isConnected()) worker.send(answerRates(rates, message))
     if (message.portcullis === 'first-use?' && worker.isConnected()) {
       worker.send({ portcullis: 'first-use', id: message.id, first: marks.firstUse(message.key, message.ttlSeconds) } satisfies ClusterMessage)
     }

@@ -22,6 +22,7 @@ import { clientErrorResponse, renderError, renderErrorOnSocket } from '../errors
 import { GatewayPipeline } from './pipeline.js'
 import { requestHeadProblem } from './request-head.js'
 import { buildRuntime, buildRuntimeInSlices, closeRuntime, type RuntimeDependencies } from './runtime.js'
+import type { SharedBuckets } from '../ratelimit/shared.js'
 import { setTracing, tracing, Tracing } from '../tracing/tracing.js'
 import { DecisionEndpoint } from './decision.js'
 import { createDecisionServer } from './decision-listener.js'
@@ -74,8 +75,11 @@ export interface GatewayOptions {
   now?: () => number
   /** The metrics registry (a new one by default); a test may share one or turn process metrics off. */
   metrics?: Metrics
-  /** A worker under `server.workers`: its channel to the other workers and the primary's throttle counters. */
-  workers?: AuthServerOptions['workers']
+  /**
+   * A worker under `server.workers`: its channel to the other workers, the primary's throttle counters and DPoP
+   * proof marks, and the primary's rate-limit buckets (used with the memory store).
+   */
+  workers?: (NonNullable<AuthServerOptions['workers']> & { readonly rates: SharedBuckets }) | undefined
 }
 
 /** Sections a reload cannot change in a running process: they name sockets, or the server's own state. */
@@ -188,6 +192,7 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
   // With several workers and no such store, the primary keeps the marks for all of them.
   const sharedOnce = store?.firstUse !== undefined ? { firstUse: store.firstUse.bind(store) } : options.workers?.once
   const deps: RuntimeDependencies = { log, requestLog: new RequestLog(log, logOutput), metrics, now, embedded: authServer?.embedded, isRevoked: options.isRevoked, sharedOnce,
+    sharedRates: options.workers?.rates,
     dpop: authServer && { config: config.dpop, settings: authServer.ctx.settings.dpop } }
   pipeline = new GatewayPipeline(buildRuntime(config, deps))
   const decisionServer = config.decision && createDecisionServer(config.decision, new DecisionEndpoint(pipeline), maxHeaderSize, realm)

@@ -27,6 +27,7 @@ import { DpopGate } from '../dpop/gateway.js'
 import { RateLimiter } from '../ratelimit/limiter.js'
 import { RedisBuckets } from '../ratelimit/redis.js'
 import type { SharedOnce } from '../dpop/replay.js'
+import type { SharedBuckets } from '../ratelimit/shared.js'
 import type { DpopSettings } from '../dpop/settings.js'
 import { compileDecision, type CompiledDecision } from '../decision/settings.js'
 import type { RequestLog } from './log-output.js'
@@ -81,6 +82,8 @@ export interface RuntimeDependencies {
   readonly isRevoked?: RevocationCheck | undefined
   /** The store several instances share (Redis), for single use of DPoP proofs across them. */
   readonly sharedOnce?: SharedOnce | undefined
+  /** Under `server.workers`: the primary, which counts the rate limits of every worker (memory store). */
+  readonly sharedRates?: SharedBuckets | undefined
   /** The embedded server's DPoP settings and the `dpop:` they came from (one nonce secret for /token and the API). */
   readonly dpop?: { readonly config: DpopConfig | undefined; readonly settings: DpopSettings } | undefined
 }
@@ -135,6 +138,7 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
     metrics: deps.metrics,
     trustForwarded: config.forward?.trust_forwarded_headers ?? false,
     previous: previous?.rateLimiter ?? undefined,
+    shared: deps.sharedRates,
     openRedis: (timeoutMs) => {
       const store = config.rate_limits?.store
       const shared = config.authorization_server?.store

@@ -1,8 +1,9 @@
 /**
- * Issue 21, rate limits at the gateway: per client, subject, claim, header or address; overrides per key
+ * Rate limits at the gateway (`rate_limits`): per client, subject, claim, header or address; overrides per key
  * value; the IETF RateLimit-Policy / RateLimit fields (draft-ietf-httpapi-ratelimit-headers-11); checked
- * after authentication, so a forged token spends nothing; in memory, and shared by two gateways on Redis,
- * with Redis down following the policy. Every 429 proves the upstream was not reached.
+ * after authentication, so a forged token spends nothing; all or nothing across a route's policies; in memory, and
+ * shared by two gateways on Redis, with Redis down following the policy. Every 429 proves the upstream was not
+ * reached. Several workers of one process: test/server/workers.test.ts.
  */
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
@@ -13,6 +14,9 @@ import path from 'node:path'
 import { Writable } from 'node:stream'
 import { stringify } from 'yaml'
 import { runPortcullis } from '../../src/server/run.js'
+import { clusterLimiter } from '../../src/authserver/throttle.js'
+import { ipcBroadcast, ipcFirstUse } from '../../src/server/cluster-messages.js'
+import { ipcRates } from '../../src/server/cluster-rates.js'
 import { labelValues, scrape, valueOf } from '../support/prometheus.js'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { testClock } from '../support/clock.js'
@@ -28,6 +32,10 @@ const POLICIES = {
   'per-tenant': { limit: 2, window: '10s', key: 'claim:org.tenant', fallback: 'refuse' },
   'per-address': { limit: 2, window: '1s', key: 'address' },
   'per-key': { limit: 2, window: '1s', key: 'header:X-Api-Key' },
+  'roomy': { limit: 100, window: '10s', key: 'client_id' },
+  'tight': { limit: 2, window: '10s', key: 'client_id' },
+  'one-a-10s': { limit: 1, window: '10s', key: 'client_id' },
+  'one-a-minute': { limit: 1, window: '60s', key: 'client_id' },
 }
 
 const ROUTES = [
@@ -37,6 +45,8 @@ const ROUTES = [
   { id: 'open', path: '/open/**', upstream: 'main', auth: 'none' },
   { id: 'keys', path: '/keys/**', upstream: 'main', rate_limits: ['per-key'] },
   { id: 'unlimited', path: '/unlimited/**', upstream: 'main', rate_limits: [] },
+  { id: 'both', path: '/both/**', upstream: 'main', rate_limits: ['roomy', 'tight'] },
+  { id: 'waits', path: '/waits/**', upstream: 'main', rate_limits: ['one-a-10s', 'one-a-minute'] },
 ]
 
 let upstream: RecordingUpstream
@@ -59,7 +69,9 @@ afterAll(async () => {
 
 beforeEach(() => {
   upstream.requests.length = 0
-  clock.advance(11_000)  // every bucket full again (the longest window is 10 s; tokens live longer than the suite's advances)
+  // Every bucket full again (the longest window is 10 s, but for `one-a-minute`, which one test's client alone
+  // uses); tokens live longer than the suite's advances.
+  clock.advance(11_000)
 })
 
 const token = (clientId: string, claims: Record<string, unknown> = {}) => issuer.sign({ client_id: clientId, ...claims })
@@ -122,6 +134,51 @@ describe('a policy per client', () => {
     await statuses('/quiet/1', a, 2)
     const refused = await fetch(`${gateway.url}/quiet/1`, { headers: { authorization: `Bearer ${a}` } })
     expect([refused.status, refused.headers.get('ratelimit'), refused.headers.get('retry-after')]).toEqual([429, null, '1'])
+  })
+})
+
+describe('a route with several policies: all or nothing', () => {
+  it('a request refused by the tight policy spends nothing of the roomy one (10 requests, 2 admitted: roomy says 98 left, not 90)', async () => {
+    const a = await token('client-both')
+    const seen = await statuses('/both/1', a, 9)
+    expect(seen).toEqual([200, 200, 429, 429, 429, 429, 429, 429, 429])
+    const refused = await fetch(`${gateway.url}/both/1`, { headers: { authorization: `Bearer ${a}` } })
+    expect(refused.status).toBe(429)
+    expect(refused.headers.get('ratelimit')).toBe('"roomy";r=98;t=1, "tight";r=0;t=10')
+    expect(upstream.requests).toHaveLength(2)
+  })
+
+  it('when several refuse, Retry-After is the longest wait, not the first policy\'s', async () => {
+    const a = await token('client-waits')
+    expect(await statuses('/waits/1', a, 1)).toEqual([200])
+    const refused = await fetch(`${gateway.url}/waits/1`, { headers: { authorization: `Bearer ${a}` } })
+    expect(refused.status).toBe(429)
+    expect(refused.headers.get('retry-after')).toBe('60')
+    expect(refused.headers.get('ratelimit')).toBe('"one-a-10s";r=0;t=10, "one-a-minute";r=0;t=60')
+    expect(upstream.requests).toHaveLength(1)
+  })
+})
+
+describe('under server.workers with the memory store (the primary counts)', () => {
+  it('no primary to answer is a store failure: a closed policy answers 503 at once, an open one lets the request through', async () => {
+    const config = (onFailure: string) => ({
+      ...testConfig({ upstream, issuer, routes: [{ id: 'orders', path: '/orders/**', upstream: 'main', rate_limits: ['per-client'] }] }),
+      rate_limits: { policies: { 'per-client': { limit: 4, window: '10s', key: 'client_id', on_store_failure: onFailure } } },
+    })
+    // A worker's real channels, in a process that is no cluster worker: the primary is not there.
+    const workers = { broadcast: ipcBroadcast(), limiter: clusterLimiter, once: ipcFirstUse(), rates: ipcRates() }
+    const [closed, open] = await Promise.all([startGateway(config('closed'), { workers }), startGateway(config('open'), { workers })])
+    try {
+      const a = await token('client-no-primary')
+      const refused = await fetch(`${closed.url}/orders/1`, { headers: { authorization: `Bearer ${a}` } })
+      expect(refused.status).toBe(503)
+      expect(refused.headers.get('retry-after')).toBe('1')
+      expect((await fetch(`${open.url}/orders/1`, { headers: { authorization: `Bearer ${a}` } })).status).toBe(200)
+      expect(upstream.requests).toHaveLength(1)
+      expect(await closed.app.metrics.registry.metrics()).toContain('portcullis_rate_limit_store_errors_total{policy="per-client",outcome="closed"} 1')
+    } finally {
+      await Promise.all([closed.close(), open.close()])
+    }
   })
 })
 
@@ -229,6 +286,33 @@ describe.skipIf(REDIS_URL === undefined)(`on Redis${REDIS_URL === undefined ? ' 
       expect(upstream.requests).toHaveLength(4)
     } finally {
       await Promise.all([one.close(), two.close()])
+    }
+  })
+
+  it('all or nothing in one script: refused by the tight policy, the roomy one spends nothing (its key keeps the 2 admitted)', async () => {
+    const prefix = `{portcullis-test-${randomUUID()}}:`
+    const one = await startGateway({
+      ...testConfig({ upstream, issuer, routes: [{ id: 'both', path: '/both/**', upstream: 'main', rate_limits: ['roomy', 'tight'] }] }),
+      rate_limits: { store: { type: 'redis', url: REDIS_URL, prefix }, policies: { roomy: POLICIES.roomy, tight: POLICIES.tight } },
+    })
+    const redis = new Redis(REDIS_URL!)
+    try {
+      const a = await token('client-both-redis')
+      const call = () => fetch(`${one.url}/both/1`, { headers: { authorization: `Bearer ${a}` } })
+      const seen: number[] = []
+      for (let i = 0; i < 9; i++) seen.push((await call()).status)
+      expect(seen).toEqual([200, 200, 429, 429, 429, 429, 429, 429, 429])
+      const refused = await call()
+      expect(refused.status).toBe(429)
+      expect(refused.headers.get('ratelimit')).toMatch(/^"roomy";r=98;t=\d+, "tight";r=0;t=\d+$/)
+      // The roomy key's TAT is two emission intervals (2 × 100 ms) ahead, as after 2 requests, not 10.
+      const roomyKey = (await redis.keys(`${prefix}rl:roomy:*`))[0]!
+      expect(await redis.pttl(roomyKey)).toBeLessThanOrEqual(200)
+      expect(upstream.requests).toHaveLength(2)
+    } finally {
+      await one.close()
+      await redis.del(...await redis.keys(`${prefix}*`), 'nothing')
+      redis.disconnect()
     }
   })
 

@@ -7,7 +7,7 @@
 import { scryptSync, randomBytes } from 'node:crypto'
 import http from 'node:http'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { availableParallelism, tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { stringify } from 'yaml'
@@ -117,7 +117,10 @@ async function startCluster(upstream: RecordingUpstream, throttling?: Record<str
   }
   if (throttling) Object.assign(config.authorization_server as Record<string, unknown>, { throttling })
   if (issuer) config.issuers = [{ issuer: issuer.issuer, jwks_uri: issuer.jwksUri, audience: [issuer.audience], algorithms: ['ES256'] }]
-  Object.assign(config, extra)
+  // `server` in `extra` is merged into the one above (workers, say); anything else replaces its key.
+  const { server, ...rest } = extra
+  Object.assign(config.server as Record<string, unknown>, server)
+  Object.assign(config, rest)
   const file = path.join(dir, 'portcullis.yaml')
   writeFileSync(file, stringify(config))
   const running = spawnProcess(process.execPath, [CLI, 'start', '--config', file])
@@ -308,6 +311,31 @@ describe('server.workers: 2', () => {
       await small.process.exited
     }
   }, 60_000)
+
+  for (const workers of [2, 'auto'] as const) {
+    const cpus = availableParallelism()
+    it.skipIf(workers === 'auto' && cpus < 2)(`a rate limit with the memory store is one budget for all the workers (workers: ${workers}${workers === 'auto' ? `, ${cpus} CPUs here` : ''}): 5 per 10 s admits 5 of 30, whichever worker serves them`, async () => {
+      const limited = await startCluster(upstream, undefined, undefined, {
+        server: { workers },
+        routes: [...c.config.routes as unknown[], { id: 'open', path: '/open/**', upstream: 'main', auth: 'none' }],
+        rate_limits: { policies: { 'per-address': { limit: 5, window: '10s', key: 'address' } }, default: ['per-address'] },
+      })
+      let byPid = new Map<number, http.Agent>()
+      try {
+        byPid = await agentsOnBothWorkers(limited)
+        const before = upstream.requests.filter((request) => request.url.startsWith('/open/')).length
+        const statuses: number[] = []
+        for (let round = 0; round < 15; round++) for (const agent of byPid.values()) statuses.push((await onAgent(agent, `${limited.url}/open/${round}`)).status)
+        expect(statuses.filter((status) => status === 200)).toHaveLength(5)
+        expect(statuses.filter((status) => status === 429)).toHaveLength(25)
+        expect(upstream.requests.filter((request) => request.url.startsWith('/open/')).length - before).toBe(5)
+      } finally {
+        for (const agent of byPid.values()) agent.destroy()
+        limited.process.kill()
+        await limited.process.exited
+      }
+    }, 60_000)
+  }
 
   it('right secrets sent at once over both workers are never refused: 50 parallel client_credentials, allowance 4', async () => {
     const small = await startCluster(upstream, { failures_per_client: 4, failures_per_ip: 100000 })

@@ -6,7 +6,7 @@ import { Writable } from 'node:stream'
 import type { AddressInfo } from 'node:net'
 import { stringify } from 'yaml'
 import type { FastifyInstance } from 'fastify'
-import { buildGateway } from '../../src/server/gateway.js'
+import { buildGateway, type GatewayOptions } from '../../src/server/gateway.js'
 import type { RevocationCheck } from '../../src/authn/authenticator.js'
 import { loadConfig } from '../../src/check/load.js'
 import { lineCollector } from './logs.js'
@@ -33,6 +33,8 @@ export interface StartOptions {
   isRevoked?: RevocationCheck
   /** Listen on this port instead of an ephemeral one (an embedded issuer URL must name the real port). */
   port?: number
+  /** Passed to buildGateway: a worker's channels under `server.workers`. */
+  workers?: GatewayOptions['workers']
 }
 
 export async function startGateway(config: Record<string, unknown>, options: StartOptions = {}): Promise<RunningGateway> {
@@ -50,6 +52,7 @@ export async function startGateway(config: Record<string, unknown>, options: Sta
     ...(loaded.audit?.output === undefined && { auditStream }),
     ...(options.now && { now: options.now }),
     ...(options.isRevoked && { isRevoked: options.isRevoked }),
+    ...(options.workers && { workers: options.workers }),
   })
   await app.listen({ host: '127.0.0.1', port: options.port ?? 0 })
   const { port } = app.server.address() as AddressInfo
