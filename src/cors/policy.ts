@@ -11,8 +11,13 @@ import { matchesPattern, parseAllowedOrigin } from './origin.js'
 export const MAX_AGE_CAP_SECONDS = 7200
 export const DEFAULT_MAX_AGE = '10m'
 export const DEFAULT_ALLOWED_HEADERS: readonly string[] = ['Authorization', 'Content-Type']
-/** Always exposed: a SPA reads the Bearer challenge (and RFC 9728 `resource_metadata`) from it. */
-export const ALWAYS_EXPOSED = 'WWW-Authenticate'
+/**
+ * Always exposed, being what the gateway itself sends a page: the Bearer challenge (with RFC 9728
+ * `resource_metadata`), the rate limits' fields (draft-ietf-httpapi-ratelimit-headers) and `Retry-After` of a 429
+ * or 503, and `DPoP-Nonce` (RFC 9449 §8: a browser DPoP client must read it to retry). A name on a response
+ * without it exposes nothing.
+ */
+export const ALWAYS_EXPOSED: readonly string[] = ['WWW-Authenticate', 'RateLimit', 'RateLimit-Policy', 'Retry-After', 'DPoP-Nonce']
 
 /** What the gateway adds to one response for one request's `Origin`. */
 export interface CorsAnswer {
@@ -95,7 +100,7 @@ export function compileCorsPolicy(global: CorsConfig | undefined, route: RouteCo
   if (settings === undefined) return null
   if (settings.upstream) return UPSTREAM
   const credentials = settings.allow_credentials ?? false
-  const exposed = unique([ALWAYS_EXPOSED, ...settings.exposed_headers ?? []]).join(', ')
+  const exposed = unique([...ALWAYS_EXPOSED, ...settings.exposed_headers ?? []]).join(', ')
   const exact = new Map<string, CorsAnswer>()
   const patterns: Array<{ prefix: string; tail: string }> = []
   let any: CorsAnswer | null = null

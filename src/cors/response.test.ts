@@ -5,7 +5,7 @@ import { withCorsHeaders } from './response.js'
 const policy = compileCorsPolicy({ allowed_origins: ['https://app.example.com', 'https://*.example.net'], allow_credentials: true }, undefined, null)!
 const allowed = corsAnswer(policy, 'https://app.example.com', 'GET')!
 const ADDED = ['access-control-allow-origin', 'https://app.example.com', 'access-control-allow-credentials', 'true',
-  'access-control-expose-headers', 'WWW-Authenticate']
+  'access-control-expose-headers', 'WWW-Authenticate, RateLimit, RateLimit-Policy, Retry-After, DPoP-Nonce']
 
 describe('withCorsHeaders', () => {
   it('adds Vary: Origin when the upstream sent no Vary', () => {

@@ -1,9 +1,11 @@
 /**
  * CORS at the gateway in real headless Chromium (issue 18): a page served from one 127.0.0.1 port calls the
  * gateway on another with a Bearer token, as a SPA does, and the browser itself decides what the page may
- * read: the 200 and its JSON, a 401's WWW-Authenticate; nothing from an origin not allowed; credentials only
- * with allow_credentials. Skipped without /usr/bin/chromium, failed under CI (test/support/chromium.ts).
+ * read: the 200 and its JSON, a 401's WWW-Authenticate; the rate limits' fields, Retry-After and DPoP-Nonce;
+ * nothing from an origin not allowed; credentials only with allow_credentials. Skipped without /usr/bin/chromium,
+ * failed under CI (test/support/chromium.ts).
  */
+import { createHash, randomUUID } from 'node:crypto'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest'
@@ -11,6 +13,7 @@ import { startRecordingUpstream, type RecordingUpstream } from '../support/upstr
 import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
 import { startGateway, testConfig, type RunningGateway } from '../support/gateway.js'
 import { chromiumSkipReason, useChromium } from '../support/chromium.js'
+import { calculateJwkThumbprint, exportJWK, generateKeyPair, SignJWT } from 'jose'
 
 /** A tiny site: one HTML page, so that the page's origin is this server's. */
 async function startSite(): Promise<{ origin: string; close(): Promise<void> }> {
@@ -38,6 +41,7 @@ describe.skipIf(skip)(`CORS in headless Chromium${skip ? ` (skipped: ${chromiumS
   let issuer: TestIssuer
   let gateway: RunningGateway
   let withCredentials: RunningGateway
+  let limited: RunningGateway
   let token: string
 
   beforeAll(async () => {
@@ -45,9 +49,15 @@ describe.skipIf(skip)(`CORS in headless Chromium${skip ? ` (skipped: ${chromiumS
     const config = testConfig({ upstream, issuer, routes: [{ id: 'orders', path: '/api/orders/{id}', methods: ['GET'], upstream: 'main' }] })
     gateway = await startGateway({ ...config, cors: { allowed_origins: [spa.origin] } })
     withCredentials = await startGateway({ ...config, cors: { allowed_origins: [spa.origin], allow_credentials: true } })
+    limited = await startGateway({
+      ...testConfig({ upstream, issuer, routes: [{ id: 'orders', path: '/api/orders/{id}', methods: ['GET'], upstream: 'main', rate_limits: ['two'] }] }),
+      cors: { allowed_origins: [spa.origin], allowed_headers: ['Authorization', 'DPoP'] },
+      rate_limits: { policies: { two: { limit: 2, window: '10s', key: 'sub' } } },
+      dpop: { nonce: true },
+    })
     token = await issuer.sign({ sub: 'alice' })
   })
-  afterAll(() => Promise.all([gateway?.close(), withCredentials?.close(), spa?.close(), evil?.close(), upstream?.close(), issuer?.close()]))
+  afterAll(() => Promise.all([gateway?.close(), withCredentials?.close(), limited?.close(), spa?.close(), evil?.close(), upstream?.close(), issuer?.close()]))
 
   /** Opens `site`'s page and runs fetch(url, init) in it. */
   async function fetchFrom(test: TestContext, site: string, url: string, init: { token?: string; credentials?: 'include' } = {}): Promise<Seen> {
@@ -84,6 +94,51 @@ describe.skipIf(skip)(`CORS in headless Chromium${skip ? ` (skipped: ${chromiumS
     expect(gateway.logs.join('')).toContain('cors_origin_not_allowed')   // its preflight, refused
     const noToken = await fetchFrom(test, evil.origin, `${gateway.url}/api/orders/7`)
     expect(noToken.error).toMatch(/TypeError: Failed to fetch/)
+    expect(upstream.requests).toHaveLength(0)
+  })
+
+  /** Opens `site`'s page, sends each of `calls` in turn from it, and returns what it could read of the named headers. */
+  async function headersFrom(test: TestContext, site: string, calls: Array<{ url: string; headers: Record<string, string> }>, names: string[]) {
+    const page = await (await newContext(test)).newPage()
+    await page.goto(`${site}/`)
+    return page.evaluate(async ({ calls, names }) => {
+      const seen: Array<Record<string, string | number | null>> = []
+      for (const call of calls) {
+        const res = await fetch(call.url, { headers: call.headers })
+        seen.push(Object.fromEntries([['status', res.status], ...names.map((name) => [name, res.headers.get(name)])]))
+      }
+      return seen
+    }, { calls, names })
+  }
+
+  it('reads the rate limit fields of a 200 and RateLimit, Retry-After of the 429 (Access-Control-Expose-Headers)', async (test) => {
+    upstream.requests.length = 0
+    const bearer = await issuer.sign({ sub: `rate-${randomUUID()}` })
+    const call = { url: `${limited.url}/api/orders/1`, headers: { authorization: `Bearer ${bearer}` } }
+    const seen = await headersFrom(test, spa.origin, [call, call, call], ['ratelimit-policy', 'ratelimit', 'retry-after'])
+    // `t` and Retry-After count down with the time between the calls: read, not pinned to a second.
+    expect(seen).toEqual([
+      { status: 200, 'ratelimit-policy': '"two";q=2;w=10', ratelimit: expect.stringMatching(/^"two";r=1;t=\d+$/), 'retry-after': null },
+      { status: 200, 'ratelimit-policy': '"two";q=2;w=10', ratelimit: expect.stringMatching(/^"two";r=0;t=\d+$/), 'retry-after': null },
+      { status: 429, 'ratelimit-policy': '"two";q=2;w=10', ratelimit: expect.stringMatching(/^"two";r=0;t=\d+$/), 'retry-after': expect.stringMatching(/^[1-5]$/) },
+    ])
+    expect(upstream.requests).toHaveLength(2)
+  })
+
+  it('reads DPoP-Nonce from the use_dpop_nonce answer, so a browser DPoP client can retry with it', async (test) => {
+    upstream.requests.length = 0
+    const keys = await generateKeyPair('ES256')
+    const jwk = await exportJWK(keys.publicKey)
+    const bound = await issuer.sign({ sub: 'dpop-user', cnf: { jkt: await calculateJwkThumbprint(jwk) } })
+    const url = `${limited.url}/api/orders/2`
+    // A proof without a nonce, made here: the browser only carries it (the key is the client's business).
+    const ath = createHash('sha256').update(bound).digest('base64url')
+    const proof = await new SignJWT({ jti: randomUUID(), iat: Math.floor(Date.now() / 1000), htm: 'GET', htu: url, ath })
+      .setProtectedHeader({ alg: 'ES256', typ: 'dpop+jwt', jwk }).sign(keys.privateKey)
+    const [seen] = await headersFrom(test, spa.origin, [{ url, headers: { authorization: `DPoP ${bound}`, dpop: proof } }], ['dpop-nonce', 'www-authenticate'])
+    expect(seen!.status).toBe(401)
+    expect(seen!['www-authenticate']).toContain('error="use_dpop_nonce"')
+    expect(seen!['dpop-nonce']).toMatch(/^[A-Za-z0-9_-]{30}$/)
     expect(upstream.requests).toHaveLength(0)
   })
 

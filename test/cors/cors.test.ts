@@ -48,7 +48,9 @@ function call(h: Harness, path: string, origin: string | undefined, init: Reques
     ...(token !== false && { authorization: `Bearer ${token ?? h.token}` }), ...rest.headers as Record<string, string> } })
 }
 
-const ALLOWED = { 'access-control-allow-origin': APP, 'access-control-expose-headers': 'WWW-Authenticate', vary: 'Origin' }
+/** What a page may read of every answer: the challenge, the rate limit fields, Retry-After and DPoP-Nonce. */
+const EXPOSED = 'WWW-Authenticate, RateLimit, RateLimit-Policy, Retry-After, DPoP-Nonce'
+const ALLOWED = { 'access-control-allow-origin': APP, 'access-control-expose-headers': EXPOSED, vary: 'Origin' }
 const PREFLIGHT_VARY = 'Origin, Access-Control-Request-Method, Access-Control-Request-Headers'
 
 describe('preflight', () => {
@@ -109,7 +111,7 @@ describe('actual requests', () => {
     const h = await start(test, { cors: { allowed_origins: [APP], exposed_headers: ['X-Upstream'] } })
     const res = await call(h, '/api/orders/42', APP)
     expect(res.status).toBe(200)
-    expect(corsOf(res)).toEqual({ 'access-control-allow-origin': APP, 'access-control-expose-headers': 'WWW-Authenticate, X-Upstream', vary: 'Accept-Encoding, Origin' })
+    expect(corsOf(res)).toEqual({ 'access-control-allow-origin': APP, 'access-control-expose-headers': `${EXPOSED}, X-Upstream`, vary: 'Accept-Encoding, Origin' })
     expect(h.upstream.requests[0]!.headers.origin).toBe(APP)
   })
 
