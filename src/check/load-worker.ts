@@ -10,9 +10,11 @@ import { ConfigError, loadConfig } from './load.js'
 
 const ROUTES_PER_MESSAGE = 500
 
-// The lowest scheduling priority for this thread alone (on Linux a nice value is per thread; pid 0 is the caller):
-// where the gateway has no core to spare, the parse takes only what requests leave, instead of half the core.
-try { setPriority(19) } catch { /* not permitted here: the load runs at the process's priority */ }
+// A lower scheduling priority for this thread alone (on Linux a nice value is per thread; pid 0 is the caller):
+// where the gateway has no core to spare, the event loop gets about nine tenths of it while the parse runs, not
+// half. Not the lowest (19): a saturated gateway must still finish a reload, its parse getting a tenth of a core
+// rather than a seventieth (CFS weights 110 and 15 against 1024).
+try { setPriority(10) } catch { /* not permitted here: the load runs at the process's priority */ }
 
 const { fileName, text, env, routesPort } = workerData as { fileName: string; text: string; env: NodeJS.ProcessEnv; routesPort: MessagePort }
 try {

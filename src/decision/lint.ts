@@ -60,7 +60,7 @@ export function decisionWarnings(config: GatewayConfig): string[] {
     warnings.push('decision.trust.addresses admits every address and no secret or client certificate is required: any caller that reaches the listener picks the URL being authorized')
   }
   for (const route of config.routes) {
-    if (route.mcp !== undefined) warnings.push(`routes ${route.id}: its POSTs are MCP messages, authorized from the body, which the decision endpoint never gets: they are refused there (500); serve this route through the proxy mode`)
+    if (route.mcp !== undefined) warnings.push(`routes ${route.id}: the decision endpoint authorizes its MCP messages from their Mcp-Method and Mcp-Name headers, never the body: the MCP server behind must refuse a body that disagrees with them (MCP 2026-07-28, Server Validation), or its tool rules can be walked around; clients that do not send them are refused (400). The proxy mode reads the body itself`)
   }
   const dpopUsed = config.dpop !== undefined || config.routes.some((route) => route.dpop !== undefined && route.dpop !== 'off')
     || (config.issuers ?? []).some((issuer) => issuer.dpop !== undefined && issuer.dpop !== 'off')

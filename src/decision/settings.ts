@@ -83,9 +83,9 @@ export function compileDecision(config: GatewayConfig): CompiledDecision | null 
       certificates: decision.tls?.client_ca_file !== undefined,
     },
     cacheSeconds: Math.floor(parseDuration(decision.cache_ttl ?? '1s') / 1000),
-    // Rate limits count every request (a cached decision would not be counted); header conditions compare a
-    // header the cache key does not hold.
-    uncacheable: new Set(config.routes.filter((route) => readsHeaders(route) || (route.rate_limits ?? config.rate_limits?.default ?? []).length > 0)
-      .map((route) => route.id)),
+    // Rate limits count every request (a cached decision would not be counted); header conditions, and an `mcp`
+    // route's Mcp-Method and Mcp-Name (which tool a message calls), are headers the cache key does not hold.
+    uncacheable: new Set(config.routes.filter((route) => readsHeaders(route) || route.mcp !== undefined
+      || (route.rate_limits ?? config.rate_limits?.default ?? []).length > 0).map((route) => route.id)),
   }
 }

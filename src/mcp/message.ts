@@ -75,11 +75,7 @@ function envelope(value: JsonValue): McpMessage {
   }
   const method = value.method
   if (typeof method !== 'string') return refuse('the JSON-RPC method is not a string')
-  const known = KNOWN_METHODS.has(method) ? method : KNOWN_BY_FOLD.get(foldName(method))
-  if (known !== undefined && known !== method) {
-    // An upstream that matched methods loosely would run `TOOLS/CALL` as tools/call, around its rules.
-    refuse('MCP method names are case-sensitive', `method ${shown(method)} is a variant of ${known}`)
-  }
+  refuseVariant(method)
   const params = value.params
   if (params !== undefined && (params === null || typeof params !== 'object' || Array.isArray(params))) {
     refuse('the JSON-RPC params of an MCP message are an object')
@@ -94,6 +90,12 @@ function envelope(value: JsonValue): McpMessage {
   const name = members?.name
   const uri = members?.uri
   return { method, name: typeof name === 'string' ? name : typeof uri === 'string' ? uri : undefined }
+}
+
+/** A spelling of a known method other than its own: an upstream that matched methods loosely would run `TOOLS/CALL` as tools/call, around its rules. */
+function refuseVariant(method: string): void {
+  const known = KNOWN_METHODS.has(method) ? method : KNOWN_BY_FOLD.get(foldName(method))
+  if (known !== undefined && known !== method) refuse('MCP method names are case-sensitive', `method ${shown(method)} is a variant of ${known}`)
 }
 
 /** The one value of a header; sent twice (`Mcp-Name: a` and `Mcp-Name: b`) it names nothing for certain. */
@@ -151,4 +153,27 @@ export function readMessage(req: IncomingMessage, body: Buffer): McpMessage {
   const message = envelope(decodeBody(body, req))
   checkHeaders(req, message)
   return message
+}
+
+/**
+ * The message as its headers name it, for a decision that never sees the body (the decision mode; MCP 2026-07-28,
+ * "Standard Request Headers": `Mcp-Method` on every request and notification, `Mcp-Name` with the methods that name
+ * a target). Undefined without `Mcp-Method` (a client of 2025-11-25 or earlier). The checks are those made against
+ * a body: one value each, a method spelled exactly, a target named where the method has one, a name plain or in
+ * the Base64 form. That the body says the same is the MCP server's to check (Server Validation).
+ */
+export function messageFromHeaders(req: IncomingMessage): McpMessage | undefined {
+  const method = single(req, 'mcp-method')
+  const nameHeader = single(req, 'mcp-name')
+  if (method === undefined) {
+    if (nameHeader !== undefined) refuse('the Mcp-Name header needs an Mcp-Method header')
+    return undefined
+  }
+  if (!PLAIN_VALUE.test(method)) refuse('the Mcp-Method header has characters a method name may not carry')
+  refuseVariant(method)
+  if (nameHeader === undefined) {
+    if (NAMED_METHODS.has(method)) refuse(`the Mcp-Name header is required with Mcp-Method: ${method}`)
+    return { method, name: undefined }
+  }
+  return { method, name: decodeName(nameHeader) }
 }

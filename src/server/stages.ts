@@ -4,7 +4,7 @@
  * limit; only how the request arrives and the last stage differ.
  *
  *   proxy     normalize → match → cors → admit → authenticate → bind → authorize → rate-limit → body → forward
- *   decision  describe  → match → undecidable → authenticate → bind → authorize → rate-limit → answer
+ *   decision  describe  → match → mcp-route → authenticate → bind → authorize → mcp-message → rate-limit → answer
  *   upgrade   (RFC 6455 head checks) → match → authenticate → bind → authorize → rate-limit → (tunnel)
  *
  * A stage whose feature the config does not use (`cors`, `rate_limits`) is left out of a runtime's lists. Before
@@ -15,7 +15,7 @@
  */
 import { runStages, type Exchange, type Stage } from './exchange.js'
 import type { GatewayRuntime } from './runtime.js'
-import { answer, describe, undecidable } from './stages/decide.js'
+import { answer, describe, mcpMessage, mcpRoute } from './stages/decide.js'
 import { body, forward } from './stages/forward.js'
 import { rateLimit } from './stages/limits.js'
 import { admit, cors, match, normalize } from './stages/route.js'
@@ -36,8 +36,8 @@ const PROXY: readonly Step[] = [
 ]
 
 const DECISION: readonly Step[] = [
-  { stage: describe }, { stage: match }, { stage: undecidable }, { stage: authenticate }, { stage: bind }, { stage: authorize },
-  { stage: rateLimit, when: withLimits }, { stage: answer },
+  { stage: describe }, { stage: match }, { stage: mcpRoute }, { stage: authenticate }, { stage: bind }, { stage: authorize },
+  { stage: mcpMessage }, { stage: rateLimit, when: withLimits }, { stage: answer },
 ]
 
 /** A WebSocket upgrade's checks; the tunnel to the upstream follows them (pipeline.ts). */

@@ -28,6 +28,7 @@ const ROUTES = [
   { id: 'ws-options', path: '/ws', methods: ['OPTIONS'], upstream: 'main', auth: 'none' },
   { id: 'public', path: '/public/**', upstream: 'main', auth: 'none' },
   { id: 'limited', path: '/limited/**', upstream: 'main', rate_limits: ['two'] },
+  { id: 'mcp', path: '/mcp', upstream: 'main', scopes: { all: ['orders:read'] }, mcp: { tools: { delete_order: { scopes: { all: ['orders:write'] } } } } },
 ]
 
 let upstream: RecordingUpstream
@@ -153,6 +154,31 @@ function commonChecks(proxy: () => RunningProxy) {
     expect(response.headers.get('www-authenticate')).toBe(direct.headers.get('www-authenticate'))
     expect(response.headers.get('www-authenticate')).toContain('error="insufficient_scope"')
     expect(upstream.requests.length).toBe(before)
+  })
+
+  it('an MCP message is decided from its Mcp-Method and Mcp-Name headers: the allowed one forwarded with its body, a tool short of scope 403, no headers 400 saying what to do', async () => {
+    const message = (name: string) => JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name, arguments: {} } })
+    const post = async (scope: string, name: string | undefined) => fetch(`${proxy().url}/mcp`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${await token({ scope })}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream',
+        ...(name !== undefined && { 'mcp-method': 'tools/call', 'mcp-name': name }),
+      },
+      body: message(name ?? 'delete_order'),
+    })
+    const before = upstream.requests.length
+    const allowed = await post('orders:read orders:write', 'delete_order')
+    expect(allowed.status).toBe(200)
+    expect(upstream.requests.length).toBe(before + 1)
+    expect(upstream.requests.at(-1)).toMatchObject({ method: 'POST', url: '/mcp' })
+    expect(upstream.requests.at(-1)!.headers['mcp-name']).toBe('delete_order')
+    const short = await post('orders:read', 'delete_order')
+    expect(short.status).toBe(403)
+    expect(short.headers.get('www-authenticate')).toContain('scope="orders:read orders:write"')
+    const old = await post('orders:read orders:write', undefined)
+    expect(old.status).toBe(400)
+    expect(old.headers.get('www-authenticate')).toMatch(/error="invalid_request", error_description="an MCP message is decided here from its Mcp-Method and Mcp-Name headers .*serve this route through the proxy mode"/)
+    expect(upstream.requests.length).toBe(before + 1)
   })
 
   it('a path no route matches is 404 and a path trick 400; the upstream gets nothing', async () => {

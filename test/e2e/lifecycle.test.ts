@@ -353,7 +353,7 @@ describe('signals (the compiled CLI)', () => {
     expect((await get(`http://127.0.0.1:${port}/orders/1`, token)).status).toBe(404)
   }, 30_000)
 
-  it.runIf(process.platform === 'linux')('SIGHUP: the worker thread that parses the file runs at the lowest priority (nice 19), the event loop at its own (Linux: /proc)', async (context) => {
+  it.runIf(process.platform === 'linux')('SIGHUP: the worker thread that parses the file runs at a lower priority (nice 10), the event loop at its own (Linux: /proc)', async (context) => {
     const { child, lines, base } = await servingCli(context)
     const file = child.spawnargs.at(-1)!
     const niceOf = (tid: string) => {
@@ -371,10 +371,10 @@ describe('signals (the compiled CLI)', () => {
     child.kill('SIGHUP')
     let seen: number | undefined
     await waitFor(() => {
-      seen = threads().filter((tid) => !before.has(tid)).map(niceOf).find((nice) => nice === 19)
+      seen = threads().filter((tid) => !before.has(tid)).map(niceOf).find((nice) => nice === 10)
       return seen !== undefined || lines.some((line) => line.includes('"msg":"config reloaded"'))
     }, 15_000)
-    expect(seen).toBe(19)
+    expect(seen).toBe(10)
     expect(niceOf(String(child.pid))).toBe(0)
   }, 30_000)
 

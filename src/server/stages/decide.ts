@@ -3,7 +3,7 @@
  * `auth_request`, Traefik and Caddy forward auth, Envoy `ext_authz`), the proxy mode's stages judge it, and the
  * answer is 200 with the identity headers for the proxy to copy upstream. No body is read.
  */
-import { GatewayError, MalformedRequest } from '../../errors/oauth-errors.js'
+import { InvalidRequest, MalformedRequest } from '../../errors/oauth-errors.js'
 import { setIdentityHeaders, type OutgoingHeaders } from '../../forward/upstream-headers.js'
 import { cacheFields } from '../../decision/cache.js'
 import { originalRequest } from '../../decision/original.js'
@@ -11,13 +11,15 @@ import { requireTrusted, UntrustedCaller } from '../../decision/trust.js'
 import type { Exchange } from '../exchange.js'
 import { readTarget } from './route.js'
 import { requestHeadProblem } from '../request-head.js'
+import { authorizeMessage } from '../../mcp/authorize.js'
+import { messageFromHeaders } from '../../mcp/message.js'
+import { refuseForeignOrigin } from '../../mcp/origin.js'
 
-/** A route whose rules read the request body (`mcp`): the decision endpoint never gets one, so it cannot allow its POSTs. */
-class NotDecidable extends GatewayError {
-  readonly code = 'server_error'
-  readonly status = 500
+/** An MCP POST whose headers do not name its message: without the body, nothing says which tool it calls. */
+class McpNeedsHeaders extends InvalidRequest {
   constructor(route: string) {
-    super('this request cannot be decided without its body', { detail: `route ${route} authorizes MCP messages: serve it through the proxy mode` })
+    super('an MCP message is decided here from its Mcp-Method and Mcp-Name headers (MCP 2026-07-28), which this request lacks: use a client that sends them, or serve this route through the proxy mode',
+      { detail: `mcp: no Mcp-Method on route ${route}` })
   }
 }
 
@@ -46,9 +48,29 @@ export function describe(ex: Exchange): undefined {
   return undefined
 }
 
-/** An MCP message is authorized with its body, which a decision never sees. */
-export function undecidable(ex: Exchange): undefined {
-  if (ex.rule.mcp !== null && ex.req.method === 'POST') throw new NotDecidable(ex.rule.id)
+/**
+ * On an `mcp` route, before the token: a foreign `Origin` is refused (MCP: DNS rebinding), as the proxy mode's
+ * admit stage does, and a POST is marked an MCP message, whose route scopes are checked with its tool's.
+ */
+export function mcpRoute(ex: Exchange): undefined {
+  const rule = ex.rule
+  if (rule.mcp === null) return undefined
+  refuseForeignOrigin(rule, ex.req)
+  ex.mcpMessage = ex.req.method === 'POST'
+  return undefined
+}
+
+/**
+ * An MCP message, once the token is checked: authorized from what its `Mcp-Method` and `Mcp-Name` headers name
+ * (mcp/message.ts), with the route's and the tool's rules, as the proxy mode does with the body. The MCP server
+ * must refuse a body that disagrees with those headers (MCP 2026-07-28, Server Validation): the trust this
+ * decision relies on (docs/decision.md). Without `Mcp-Method`: 400, saying what to do instead.
+ */
+export function mcpMessage(ex: Exchange): undefined {
+  if (!ex.mcpMessage) return undefined
+  const message = messageFromHeaders(ex.req)
+  if (message === undefined) throw new McpNeedsHeaders(ex.rule.id)
+  authorizeMessage(ex.principal, ex.rule, ex.rule.mcp!, message, { headers: ex.req.headers, segments: ex.segments })
   return undefined
 }
 
