@@ -103,6 +103,8 @@ export class RateLimiter {
   private readonly now: () => number
   /** `rate_limits.store.max_keys`: the keys one policy keeps in memory. */
   private readonly maxKeys: number
+  /** Under `server.workers`: each policy's buckets at the primary, by name and a hash of its settings (short: sent with every take). */
+  private readonly sharedBuckets = new Map<string, string>()
 
   constructor(private readonly options: LimiterOptions) {
     const { config, previous } = options
@@ -116,6 +118,7 @@ export class RateLimiter {
       : null
     for (const policy of options.policies) {
       this.fingerprints.set(policy.name, policy.fingerprint)
+      this.sharedBuckets.set(policy.name, `${policy.name}:${createHash('sha256').update(policy.fingerprint).digest('base64url').slice(0, 16)}`)
       const kept = sameStore && previous.fingerprints.get(policy.name) === policy.fingerprint ? previous.memory.get(policy.name) : undefined
       if (this.redis === null && options.shared === undefined) this.memory.set(policy.name, kept ?? new MemoryBuckets(this.maxKeys))
     }
@@ -164,7 +167,7 @@ export class RateLimiter {
       outcomes = this.redis !== null
         ? await this.redis.takeAll(resolved.map(([policy, key, budget]) => ({ policy: policy.name, key, parameters: budget.parameters })))
         : await this.options.shared!.takeAll(resolved.map(([policy, key, budget]) => ({
-          bucket: `${policy.name}\n${policy.fingerprint}`, key, parameters: budget.parameters, maxKeys: this.maxKeys,
+          bucket: this.sharedBuckets.get(policy.name)!, key, parameters: budget.parameters, maxKeys: this.maxKeys,
         })))
     } catch (error) {
       // `on_store_failure`: the open policies are skipped, a closed one answers 503.

@@ -4,31 +4,34 @@
  * of requests costs one IPC round trip, not one each. No answer within {@link RATE_TIMEOUT_MS} (the primary gone
  * or stuck) is a store failure: the policy's `rate_limits.*.on_store_failure` decides, as for Redis.
  */
-import { setImmediate } from 'node:timers'
+import { setImmediate, setTimeout } from 'node:timers'
 import type { GcraOutcome } from '../ratelimit/gcra.js'
 import type { SharedBuckets, SharedTake } from '../ratelimit/shared.js'
 import { isClusterMessage, toPrimary, type ClusterMessage, type RateOutcome, type RateTake } from './cluster-messages.js'
 
 const RATE_TIMEOUT_MS = 1000
 
-interface Pending { resolve(outcomes: GcraOutcome[]): void; reject(error: Error): void; timer: NodeJS.Timeout }
+interface Pending { resolve(outcomes: GcraOutcome[]): void; reject(error: Error): void }
 
 export function ipcRates(): SharedBuckets {
   let next = 0
   const waiting = new Map<number, Pending>()
   let batch: Array<{ id: number; takes: RateTake[] }> = []
+  const fail = (ids: readonly number[], error: Error) => {
+    for (const id of ids) {
+      const pending = waiting.get(id)
+      if (pending === undefined) continue
+      waiting.delete(id)
+      pending.reject(error)
+    }
+  }
+  // One timer a message, not a request: whatever of it is still unanswered then has failed.
   const flush = () => {
     const sent = batch
     batch = []
-    if (toPrimary({ portcullis: 'rate?', batch: sent })) return
-    for (const { id } of sent) fail(id, new Error('no primary'))
-  }
-  const fail = (id: number, error: Error) => {
-    const pending = waiting.get(id)
-    if (pending === undefined) return
-    waiting.delete(id)
-    clearTimeout(pending.timer)
-    pending.reject(error)
+    const ids = sent.map((request) => request.id)
+    if (!toPrimary({ portcullis: 'rate?', batch: sent })) return fail(ids, new Error('no primary'))
+    setTimeout(() => fail(ids, new Error('the primary did not answer')), RATE_TIMEOUT_MS).unref()
   }
   process.on('message', (message: unknown) => {
     if (!isClusterMessage(message) || message.portcullis !== 'rate') return
@@ -36,15 +39,13 @@ export function ipcRates(): SharedBuckets {
       const pending = waiting.get(id)
       if (pending === undefined) continue
       waiting.delete(id)
-      clearTimeout(pending.timer)
       pending.resolve(outcomes.map(fromWire))
     }
   })
   return {
     takeAll: (takes) => new Promise((resolve, reject) => {
       const id = ++next
-      const timer = setTimeout(() => fail(id, new Error('the primary did not answer')), RATE_TIMEOUT_MS)
-      waiting.set(id, { resolve, reject, timer })
+      waiting.set(id, { resolve, reject })
       if (batch.length === 0) setImmediate(flush)
       batch.push({ id, takes: takes.map(toWire) })
     }),
