@@ -20,6 +20,7 @@ export {
 export type Decision =
   | 'forwarded'       // the upstream answered (whatever its status)
   | 'allowed'         // the decision endpoint allowed it: 200 for the proxy in front to forward (`decision:`)
+  | 'answered'        // the gateway answered it itself: a CORS preflight, an RFC 9728 metadata document
   | 'denied'          // no token, a bad token, a missing scope: 400/401/403 with a Bearer challenge
   | 'rejected'        // refused before authentication: no route, wrong method, a path trick, too large
   | 'limited'         // a rate limit policy refused it: 429 (`rate_limits`)

@@ -35,6 +35,7 @@ export function normalize(ex: Exchange): undefined {
   const documents = ex.rt.resourceMetadata
   if (documents !== null && serveResourceMetadata(documents, ex.req, ex.res!, ex.path)) {
     ex.route = '(resource-metadata)'
+    ex.decision = 'answered'
     ex.answered = true
   }
   return undefined
@@ -98,6 +99,7 @@ export function cors(ex: Exchange): undefined {
     ex.cors = null
     if (target.cors?.upstream) return undefined
     if (target.cors !== null) {
+      ex.decision = 'answered'
       ex.answered = true
       return answerPreflight(target.cors, req, ex.res!, origin)
     }
