@@ -46,6 +46,8 @@ export interface AuthenticatorOptions {
   isRevoked?: RevocationCheck
   /** The top-level claims principals keep: what route conditions and claim headers read (rules/compile.ts). */
   keptClaims?: readonly string[]
+  /** `server.allow_insecure_http`: a `jwks_uri` that discovery finds may be http:// off loopback. */
+  allowInsecureHttp?: boolean
 }
 
 /** How one issuer's tokens are checked, each way with where its verdicts are counted. */
@@ -91,7 +93,7 @@ export class Authenticator {
     const embedded = options.embedded
     this.embeddedCounts = embedded && countsOf(embedded.policy.issuer, 'embedded')
     if (embedded) {
-      const verifier = new JwtIssuer(embedded.policy, log, now, { getKey: embedded.getKey, ownAudience: embedded.ownAudience }, kept)
+      const verifier = new JwtIssuer(embedded.policy, { log, now, local: { getKey: embedded.getKey, ownAudience: embedded.ownAudience }, kept })
       this.issuers.set(embedded.policy.issuer, { jwt: { verifier, counts: this.embeddedCounts! }, introspection: undefined })
     }
     for (const config of issuers) {
@@ -100,7 +102,7 @@ export class Authenticator {
         ? { client: new IntrospectionClient(config, { cache: this.introspectionCache, now, log, metrics, kept }), counts: countsOf(config.issuer, 'introspection') }
         : undefined
       if (introspection) this.introspecting.push(introspection)
-      const jwt = hasKeys ? { verifier: new JwtIssuer(config, log, now, undefined, kept), counts: countsOf(config.issuer, 'jwt') } : undefined
+      const jwt = hasKeys ? { verifier: new JwtIssuer(config, { log, now, kept, allowInsecureHttp: options.allowInsecureHttp }), counts: countsOf(config.issuer, 'jwt') } : undefined
       this.issuers.set(config.issuer, { jwt, introspection })
     }
   }

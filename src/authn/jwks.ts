@@ -9,6 +9,7 @@ import { createLocalJWKSet, errors, type JSONWebKeySet, type JWK, type JWTVerify
 import { request } from 'undici'
 import { withClientSpan, type Span } from '../tracing/tracing.js'
 import type { FastifyBaseLogger } from 'fastify'
+import { isLoopbackHost } from '../config/loopback.js'
 import type { KeySetStats } from '../metrics/stats.js'
 export type { KeySetStats } from '../metrics/stats.js'
 
@@ -17,6 +18,8 @@ export interface KeySetOptions {
   /** An http(s) or file:// URL; omitted when `discovery` resolves it. */
   jwksUri?: string
   discovery: boolean
+  /** `server.allow_insecure_http`: a discovered `jwks_uri` may be http:// off loopback (as a configured one may). */
+  allowInsecureHttp?: boolean
   cooldownMs: number
   maxAgeMs: number
   fetchTimeoutMs: number
@@ -132,7 +135,7 @@ export class RemoteKeySet {
     this.lastAttempt = this.options.now()
     const { log, issuer, fetchTimeoutMs, maxAgeMs, cooldownMs } = this.options
     try {
-      this.jwksUri ??= await discoverJwksUri(issuer, fetchTimeoutMs)
+      this.jwksUri ??= await discoverJwksUri(issuer, fetchTimeoutMs, this.options.allowInsecureHttp === true)
       this.fetches++
       const keys = usableKeys(await fetchJson(this.jwksUri, fetchTimeoutMs))
       const jwks: JSONWebKeySet = { keys }
@@ -179,8 +182,12 @@ export class RemoteKeySet {
   }
 }
 
-/** RFC 8414 §3 (well-known URI inserted before the issuer's path), then OpenID Connect Discovery 1.0 §4. */
-async function discoverJwksUri(issuer: string, timeoutMs: number): Promise<string> {
+/**
+ * RFC 8414 §3 (well-known URI inserted before the issuer's path), then OpenID Connect Discovery 1.0 §4. A
+ * `jwks_uri` over http:// off loopback is refused as a configured one is at load (`server.allow_insecure_http`
+ * aside): the keys could be replaced in transit, and a metadata document must not lower what the config may not.
+ */
+async function discoverJwksUri(issuer: string, timeoutMs: number, allowInsecureHttp: boolean): Promise<string> {
   const url = new URL(issuer)
   const path = url.pathname === '/' ? '' : url.pathname.replace(/\/$/, '')
   const candidates = [
@@ -194,7 +201,11 @@ async function discoverJwksUri(issuer: string, timeoutMs: number): Promise<strin
       // RFC 8414 §3.3: the metadata's issuer must be identical to the issuer it was fetched for.
       if (metadata.issuer !== issuer) throw new Error(`metadata issuer ${String(metadata.issuer)} differs`)
       if (typeof metadata.jwks_uri !== 'string' || !/^https?:\/\//.test(metadata.jwks_uri)) throw new Error('no jwks_uri')
-      return metadata.jwks_uri
+      const jwksUri = metadata.jwks_uri
+      if (!allowInsecureHttp && jwksUri.startsWith('http://') && URL.canParse(jwksUri) && !isLoopbackHost(new URL(jwksUri).hostname)) {
+        throw new Error(`its jwks_uri uses http:// off loopback (${new URL(jwksUri).host}): refused, as in the config; use https://, or set server.allow_insecure_http: true`)
+      }
+      return jwksUri
     } catch (error) {
       failures.push(`${candidate}: ${(error as Error).message}`)
     }

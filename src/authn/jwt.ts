@@ -56,6 +56,18 @@ export interface LocalIssuer {
   readonly ownAudience: readonly string[]
 }
 
+/** What a JwtIssuer needs besides its issuer's config. */
+export interface JwtIssuerContext {
+  readonly log: FastifyBaseLogger
+  readonly now: () => number
+  /** The embedded issuer's in-process keys and own audience; undefined for a remote issuer. */
+  readonly local?: LocalIssuer | undefined
+  /** The top-level claims a principal keeps (what route conditions and claim headers read). */
+  readonly kept?: readonly string[] | undefined
+  /** `server.allow_insecure_http`: a `jwks_uri` found by discovery may be http:// off loopback. */
+  readonly allowInsecureHttp?: boolean | undefined
+}
+
 /** One issuer's JWT policy and key set. */
 export class JwtIssuer {
   /** The remote key set; undefined for the embedded issuer, whose keys are in-process. */
@@ -67,12 +79,13 @@ export class JwtIssuer {
   private readonly interned = new Interner()
   /** The embedded issuer's `access_token.audience`: a token naming none of it is `resourceOnly`; undefined for others. */
   private readonly ownAudience: readonly string[] | undefined
-  /**
-   * @param local the embedded issuer's in-process keys and own audience
-   * @param kept the top-level claims a principal keeps (what route conditions and claim headers read)
-   */
-  constructor(readonly config: IssuerConfig, log: FastifyBaseLogger, private readonly now: () => number,
-    local?: LocalIssuer, private readonly kept: readonly string[] = []) {
+  private readonly now: () => number
+  private readonly kept: readonly string[]
+
+  constructor(readonly config: IssuerConfig, context: JwtIssuerContext) {
+    const { log, local, now } = context
+    this.now = now
+    this.kept = context.kept ?? []
     this.algorithms = [...(effectiveAlgorithms(config) ?? DEFAULT_ALGORITHMS)]
     this.claims = issuerClaims(config)
     this.skewSeconds = parseDuration(config.clock_skew ?? '30s') / 1000
@@ -87,6 +100,7 @@ export class JwtIssuer {
       ...(config.jwks_uri !== undefined && { jwksUri: config.jwks_uri }),
       ...(config.jwks_file !== undefined && { jwksUri: pathToFileURL(config.jwks_file).href }),
       discovery: config.discovery ?? false,
+      allowInsecureHttp: context.allowInsecureHttp === true,
       cooldownMs: parseDuration(config.jwks_cooldown ?? '30s'),
       maxAgeMs: parseDuration(config.jwks_max_age ?? '10m'),
       fetchTimeoutMs: 5000,

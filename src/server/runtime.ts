@@ -90,7 +90,7 @@ export interface RuntimeDependencies {
 
 /** The authenticator depends on these only (the claims it keeps come from the routes too). */
 function authnSource(config: GatewayConfig, plan: ClaimPlan): string {
-  return JSON.stringify({ issuers: config.issuers ?? [], cache: config.cache ?? {}, kept: plan.kept })
+  return JSON.stringify({ issuers: config.issuers ?? [], cache: config.cache ?? {}, kept: plan.kept, insecure: config.server?.allow_insecure_http === true })
 }
 
 /** Builds a runtime from `config`, taking from `previous` what is unchanged. */
@@ -122,6 +122,7 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
       metrics: deps.metrics,
       ...(deps.isRevoked && { isRevoked: deps.isRevoked }),
       keptClaims: plan.kept,
+      allowInsecureHttp: config.server?.allow_insecure_http === true,
     })
   const upstreamSources = new Map(Object.entries(config.upstreams).map(([name, upstream]) => [name, JSON.stringify(upstream)]))
   const upstreams = new Map<string, Upstream>()

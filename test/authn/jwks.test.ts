@@ -6,7 +6,9 @@
  */
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { networkInterfaces, tmpdir } from 'node:os'
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { describe, expect, it, type TestContext } from 'vitest'
@@ -35,6 +37,8 @@ async function start(context: TestContext, options: {
   issuerConfig?: (issuer: TestIssuer) => Record<string, unknown>
   issuerOptions?: { path?: string }
   gatewayOptions?: StartOptions
+  /** Top-level keys merged into the config (a `server` is merged into the test config's). */
+  configExtra?: Record<string, unknown>
 } = {}): Promise<Harness> {
   const clock = testClock()
   const [upstream, issuer] = await Promise.all([startRecordingUpstream(), startTestIssuer(options.issuerOptions)])
@@ -42,6 +46,9 @@ async function start(context: TestContext, options: {
   await options.before?.(issuer)
   const config = testConfig({ upstream, issuer, ...(options.issuerExtra && { issuerExtra: options.issuerExtra }) })
   if (options.issuerConfig) config.issuers = [options.issuerConfig(issuer)]
+  for (const [key, value] of Object.entries(options.configExtra ?? {})) {
+    config[key] = key === 'server' ? { ...config.server as object, ...value as object } : value
+  }
   const gateway = await startGateway(config, { now: clock.now, ...options.gatewayOptions })
   context.onTestFinished(() => gateway.close())
   return { upstream, issuer, gateway, clock }
@@ -255,6 +262,35 @@ describe('where the keys come from', () => {
     await expectUnavailable(harness, token, '30')
     expect(harness.issuer.jwksFetches).toBe(0)
     expect(harness.gateway.logs.some((line) => line.includes('differs'))).toBe(true)
+  })
+
+  // A key server on this machine's own non-loopback address, for a metadata document to name over http://.
+  const lanAddress = Object.values(networkInterfaces()).flat().find((entry) => entry?.family === 'IPv4' && !entry.internal)?.address
+  it.skipIf(lanAddress === undefined)(`refuses a discovered jwks_uri over http:// off loopback, as a configured one, unless server.allow_insecure_http${lanAddress === undefined ? ' (skipped: no non-loopback IPv4 address here)' : ''}`, async (context) => {
+    const key = await createSigningKey('ES256')
+    let keyFetches = 0
+    const keys = http.createServer((_req, res) => { keyFetches++; res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ keys: [key.publicJwk] })) })
+    await new Promise<void>((resolve) => keys.listen(0, lanAddress, resolve))
+    const jwksUri = `http://${lanAddress}:${(keys.address() as AddressInfo).port}/jwks`
+    // The issuer's metadata on loopback (http:// tolerated there), naming keys off loopback.
+    const metadata = http.createServer((req, res) => {
+      const issuer = `http://127.0.0.1:${(metadata.address() as AddressInfo).port}`
+      if (req.url !== '/.well-known/oauth-authorization-server') return void res.writeHead(404).end()
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ issuer, jwks_uri: jwksUri }))
+    })
+    await new Promise<void>((resolve) => metadata.listen(0, '127.0.0.1', resolve))
+    context.onTestFinished(() => { keys.close(); metadata.close() })
+    const issuerUrl = `http://127.0.0.1:${(metadata.address() as AddressInfo).port}`
+    const issuerConfig = () => ({ issuer: issuerUrl, discovery: true, audience: ['orders-api'], algorithms: ['ES256'] })
+    const refusing = await start(context, { issuerConfig })
+    const token = await signWith(key, claimsAt(refusing.clock, { issuer: issuerUrl, audience: 'orders-api' }))
+    await expectUnavailable(refusing, token, '30')
+    expect(keyFetches).toBe(0)
+    expect(refusing.gateway.logs.some((line) => line.includes(`its jwks_uri uses http:// off loopback (${lanAddress}:`))).toBe(true)
+    // The same with server.allow_insecure_http: the keys are fetched from there and the token accepted.
+    const allowing = await start(context, { issuerConfig, configExtra: { server: { allow_insecure_http: true } } })
+    await expectAccepted(allowing, await signWith(key, claimsAt(allowing.clock, { issuer: issuerUrl, audience: 'orders-api' })))
+    expect(keyFetches).toBe(1)
   })
 
   it('reads a static file:// JWKS', async (context) => {
