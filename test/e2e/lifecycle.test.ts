@@ -553,4 +553,32 @@ describe('issue 15 item 11: shutdown waits only for requests in flight (the comp
     expect((await stopped).code).toBe(0)
     expect(Date.now() - res.at).toBeLessThan(3000)
   })
+
+  it('a shutdown during an Expect: 100-continue request (the connection\'s first) drains it: 200 with Connection: close, then exit 0', async (context) => {
+    const s = await serving(context)
+    const body = 'x'.repeat(1000)
+    // A connection of its own whose first request expects 100: such a request comes to the server as
+    // 'checkContinue', not 'request', and must count as one in flight, not as a connection that sent nothing.
+    const slow = new Promise<{ status: number; connection: string | undefined; body: string; continued: boolean; at: number }>((resolve, reject) => {
+      let continued = false
+      const req = http.request({
+        host: '127.0.0.1', port: s.port, path: '/slow/1', method: 'PUT', agent: false,
+        headers: { authorization: `Bearer ${s.token}`, expect: '100-continue', 'content-type': 'text/plain', 'content-length': body.length },
+      }, (res) => {
+        let text = ''
+        res.setEncoding('utf8').on('data', (chunk: string) => { text += chunk })
+        res.on('end', () => resolve({ status: res.statusCode!, connection: res.headers.connection, body: text, continued, at: Date.now() }))
+      })
+      req.on('continue', () => { continued = true; req.end(body) })
+      req.on('error', reject)
+    })
+    await waitFor(() => s.upstream.requests.some((request) => request.url === '/slow/1' && request.method === 'PUT'))
+    const stopped = s.stop()
+    const res = await slow
+    expect(res.continued).toBe(true)
+    expect(res.status).toBe(200)
+    expect(JSON.parse(res.body)).toMatchObject({ url: '/slow/1', bodyBytes: 1000 })
+    expect(res.connection).toBe('close')
+    expect((await stopped).code).toBe(0)
+  })
 })
