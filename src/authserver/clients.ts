@@ -140,6 +140,8 @@ export interface MetadataDocumentClient {
   readonly grantTypes: ReadonlyArray<'authorization_code' | 'refresh_token'>
   readonly scopes: readonly string[]
   readonly redirectUris: readonly string[]
+  /** `dpop_bound_access_tokens` (RFC 9449 §5.2): every token request must carry a DPoP proof. */
+  readonly dpopBoundAccessTokens: boolean
 }
 
 /** A client described by its metadata document: always public, PKCE S256 and state required. */
@@ -156,7 +158,7 @@ export function metadataDocumentClient(clientId: string, document: MetadataDocum
     requirePkce: true,
     firstParty: false,
     idTokenAlg: 'RS256',
-    dpopBoundAccessTokens: false,
+    dpopBoundAccessTokens: document.dpopBoundAccessTokens,
     verifySecret: verifyAgainstDecoy,
     metadataDocument: { host: document.host },
   }

@@ -69,12 +69,15 @@ export function sendOAuthError(reply: FastifyReply, error: unknown, issuer: stri
  * get `Access-Control-Allow-Origin: *` from the plugin. No cookies are ever involved, so `*` is safe.
  */
 export function refuseOtherMethods(app: FastifyInstance, path: string, allowed: readonly string[], issuer: string,
-  options: { cors?: boolean } = {}): void {
-  if (options.cors) app.options(path, (_request, reply) => sendCorsPreflight(reply, allowed))
+  options: { cors?: boolean; onRequest?: onRequestAsyncHookHandler | undefined } = {}): void {
+  // `onRequest`: what every answer of the endpoint carries, these too (the token endpoint's DPoP-Nonce).
+  const hooks = options.onRequest === undefined ? {} : { onRequest: options.onRequest }
+  if (options.cors) app.options(path, hooks, (_request, reply) => sendCorsPreflight(reply, allowed))
   const others = ['GET', 'HEAD', 'PUT', 'PATCH', 'DELETE', ...(options.cors ? [] : ['OPTIONS'])].filter((method) => !allowed.includes(method))
   app.route({
     method: others as ('GET' | 'HEAD' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS')[],
     url: path,
+    ...hooks,
     handler: (_request, reply) => sendOAuthError(reply, new MethodNotAllowed(allowed), issuer),
   })
 }

@@ -411,7 +411,7 @@ describe('DPoP at the token endpoint: nonces (dpop.nonce: true)', () => {
     expect(await errorsCounted(t, 'use_dpop_nonce')).toBe(1)
   })
 
-  it('every /token answer carries DPoP-Nonce, Bearer successes and errors included, and CORS exposes it', async (context) => {
+  it('every /token answer carries DPoP-Nonce, Bearer successes and errors included, its CORS preflight and 405 too, and CORS exposes it', async (context) => {
     const t = await start(context, {}, { dpop: { nonce: true } })
     const bearer = await rawClientCredentials(t)
     expect(bearer.status).toBe(200)
@@ -426,6 +426,13 @@ describe('DPoP at the token endpoint: nonces (dpop.nonce: true)', () => {
     const tooLarge = await postForm(t.gateway, '/token', { grant_type: 'client_credentials', padding: 'x'.repeat(70_000) })
     expect([tooLarge.status, tooLarge.body.error]).toEqual([400, 'invalid_request'])
     expect(tooLarge.headers.get('dpop-nonce')).not.toBeNull()
+    // The CORS preflight a browser sends first, and the 405 of another method.
+    const preflight = await fetch(`${t.gateway.url}/token`, { method: 'OPTIONS', headers: { origin: 'https://app.example', 'access-control-request-method': 'POST' } })
+    expect(preflight.status).toBe(204)
+    expect(preflight.headers.get('dpop-nonce')).toMatch(/^[A-Za-z0-9_-]{30}$/)
+    const get = await fetch(`${t.gateway.url}/token`)
+    expect([get.status, get.headers.get('allow')]).toEqual([405, 'POST'])
+    expect(get.headers.get('dpop-nonce')).toMatch(/^[A-Za-z0-9_-]{30}$/)
   })
 
   it('a forged nonce and one two lifetimes old get use_dpop_nonce; the current one is accepted', async (context) => {

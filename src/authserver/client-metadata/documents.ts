@@ -126,6 +126,9 @@ function clientFromDocument(clientId: string, document: unknown, settings: Clien
     if ('problem' in checked) throw refuse(`a redirect URI ${checked.problem}`)
     if (!settings.redirectUriForms.has(checked.form)) throw refuse(`redirect_uris: ${formNotAllowed(checked.form)}`)
   }
+  // RFC 9449 §5.2: the client asks that every token it gets be DPoP-bound; the token endpoint then refuses a request without a proof.
+  const dpopBound = doc.dpop_bound_access_tokens ?? false
+  if (typeof dpopBound !== 'boolean') throw refuse('dpop_bound_access_tokens must be true or false')
   if (doc.scope !== undefined && typeof doc.scope !== 'string') throw refuse('scope must be a string')
   const asked = doc.scope === undefined ? undefined : new Set(doc.scope.split(' '))
   const name = typeof doc.client_name === 'string' && doc.client_name.length <= 100 && !/[\p{Cc}\u202a-\u202e\u2066-\u2069]/u.test(doc.client_name)
@@ -136,6 +139,7 @@ function clientFromDocument(clientId: string, document: unknown, settings: Clien
     grantTypes: grants as Array<'authorization_code' | 'refresh_token'>,
     scopes: settings.scopes.filter((scope) => asked === undefined || asked.has(scope)),
     redirectUris: redirects as string[],
+    dpopBoundAccessTokens: dpopBound,
   })
 }
 

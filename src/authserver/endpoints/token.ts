@@ -100,6 +100,7 @@ export function registerTokenEndpoint(app: FastifyInstance, ctx: AuthServerConte
       return sendOAuthError(reply, error, issuer)
     }
   })
-  refuseOtherMethods(app, path, ['POST'], issuer, { cors: true })
+  // RFC 9449 §8: DPoP-Nonce on every answer of the endpoint, its CORS preflight and its 405 included.
+  refuseOtherMethods(app, path, ['POST'], issuer, { cors: true, onRequest: sendNonce })
   return [path]
 }

@@ -205,6 +205,39 @@ describe('Client ID Metadata Documents', () => {
     expect(Date.now() - started).toBeLessThan(3000)
   })
 
+  it('honours dpop_bound_access_tokens (RFC 9449 §5.2): a code redeemed without a proof is refused, with one the token is DPoP; a non-boolean refuses the document', async (context) => {
+    const docs = await startDocumentServer(context)
+    const clientId = docs.url('/dpop/client.json')
+    docs.serve('/dpop/client.json', json(documentFor(clientId, { dpop_bound_access_tokens: true })))
+    const gateway = await start(context)
+    const as: oauth.AuthorizationServer = { ...await discover(gateway), authorization_response_iss_parameter_supported: true }
+    const client: oauth.Client = { client_id: clientId }
+    const insecure = { [oauth.allowInsecureRequests]: true }
+    /** A code for `clientId`, through login and consent. */
+    const code = async () => {
+      const { url, verifier, state, redirectUri } = await authorizationUrl(gateway.issuer, clientId)
+      const browser = new FormBrowser(gateway.url)
+      const login = await browser.get((await browser.get(url)).location!)
+      const consentRedirect = await browser.post('/login', { _csrf: field(login, '_csrf'), interaction: field(login, 'interaction'), ...ALICE })
+      const consent = await browser.get(consentRedirect.location!)
+      const callback = await browser.post('/consent', { _csrf: field(consent, '_csrf'), interaction: field(consent, 'interaction'), decision: 'allow' })
+      return { params: oauth.validateAuthResponse(as, client, new URL(callback.location!), state), verifier, redirectUri }
+    }
+    const bare = await code()
+    const refused = await oauth.authorizationCodeGrantRequest(as, client, oauth.None(), bare.params, bare.redirectUri, bare.verifier, insecure)
+    expect(refused.status).toBe(400)
+    expect(await refused.json()).toMatchObject({ error: 'invalid_request', error_description: expect.stringContaining('dpop_bound_access_tokens') })
+    const bound = await code()
+    const DPoP = oauth.DPoP(client, await oauth.generateKeyPair('ES256'))
+    const request = () => oauth.authorizationCodeGrantRequest(as, client, oauth.None(), bound.params, bound.redirectUri, bound.verifier, { DPoP, ...insecure })
+    const tokens = await oauth.processAuthorizationCodeResponse(as, client, await request())
+    expect(tokens.token_type).toBe('dpop')
+
+    const badId = docs.url('/dpop/bad.json')
+    docs.serve('/dpop/bad.json', json(documentFor(badId, { dpop_bound_access_tokens: 'yes' })))
+    expect(await expectRefusedPage(gateway, badId)).toContain('dpop_bound_access_tokens must be true or false')
+  })
+
   it('refuses a document that is not application/json', async (context) => {
     const docs = await startDocumentServer(context)
     const clientId = docs.url('/client.html')
