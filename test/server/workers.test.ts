@@ -11,7 +11,7 @@ import { availableParallelism, tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { stringify } from 'yaml'
-import { CLI, spawnProcess, waitFor, type RunningProcess } from '../support/cli.js'
+import { CLI, portcullis, spawnProcess, waitFor, type RunningProcess } from '../support/cli.js'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from '../support/upstream.js'
 import { parsePrometheusText } from '../support/prometheus.js'
 import { PROMTOOL, PROMTOOL_SKIPPED, promtoolCheck } from '../support/promtool.js'
@@ -117,9 +117,10 @@ async function startCluster(upstream: RecordingUpstream, throttling?: Record<str
   }
   if (throttling) Object.assign(config.authorization_server as Record<string, unknown>, { throttling })
   if (issuer) config.issuers = [{ issuer: issuer.issuer, jwks_uri: issuer.jwksUri, audience: [issuer.audience], algorithms: ['ES256'] }]
-  // `server` in `extra` is merged into the one above (workers, say); anything else replaces its key.
-  const { server, ...rest } = extra
+  // `server` and `authorization_server` in `extra` are merged into the ones above; anything else replaces its key.
+  const { server, authorization_server: authorizationServer, ...rest } = extra
   Object.assign(config.server as Record<string, unknown>, server)
+  Object.assign(config.authorization_server as Record<string, unknown>, authorizationServer)
   Object.assign(config, rest)
   const file = path.join(dir, 'portcullis.yaml')
   writeFileSync(file, stringify(config))
@@ -336,6 +337,39 @@ describe('server.workers: 2', () => {
       }
     }, 60_000)
   }
+
+  it('keys rotate on SQLite: every worker signs with the new key once it is published, and accepts the old one\'s tokens meanwhile', async () => {
+    const rotating = await startCluster(upstream, undefined, undefined, { authorization_server: { signing: { rotation_publish_delay: '2s' } } })
+    let byPid = new Map<number, http.Agent>()
+    try {
+      // One kept-alive connection to each worker: what each signs and accepts, worker by worker.
+      byPid = await agentsOnBothWorkers(rotating)
+      const agents = [...byPid.values()]
+      const tokenFrom = (agent: http.Agent) => onAgent(agent, `${rotating.url}/token`, { ...form({ grant_type: 'client_credentials', scope: 'items:read' }), headers: { ...form({}).headers, authorization: basic(SERVICE.id, SERVICE.secret) } })
+      const kidOf = (answer: Answer) => JSON.parse(Buffer.from((JSON.parse(answer.body) as { access_token: string }).access_token.split('.')[0]!, 'base64url').toString()).kid as string
+      const before = await Promise.all(agents.map(tokenFrom))
+      const oldKids = new Set(before.map(kidOf))
+      expect(oldKids.size).toBe(1)
+      const oldTokens = before.map((answer) => (JSON.parse(answer.body) as { access_token: string }).access_token)
+      const rotated = await portcullis(['keys', 'rotate', '--config', rotating.file])
+      expect(rotated.code, rotated.stderr).toBe(0)
+      // Each worker re-reads the store every 30 s; then, 2 s after the rotation, the new key signs.
+      await waitFor('both workers to sign with the new key', async () => {
+        const answers = await Promise.all(agents.map(tokenFrom))
+        return answers.every((answer) => answer.status === 200 && !oldKids.has(kidOf(answer)))
+      }, 45_000)
+      const after = await Promise.all(agents.map(tokenFrom))
+      expect(new Set(after.map(kidOf)).size).toBe(1)
+      // The old key's tokens, issued before by either worker, are still accepted by both until the key retires.
+      for (const agent of agents) {
+        for (const token of oldTokens) expect((await onAgent(agent, `${rotating.url}/api/items/1`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200)
+      }
+    } finally {
+      for (const agent of byPid.values()) agent.destroy()
+      rotating.process.kill()
+      await rotating.process.exited
+    }
+  }, 90_000)
 
   it('right secrets sent at once over both workers are never refused: 50 parallel client_credentials, allowance 4', async () => {
     const small = await startCluster(upstream, { failures_per_client: 4, failures_per_ip: 100000 })
