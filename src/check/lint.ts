@@ -143,6 +143,10 @@ export function lintConfig(config: GatewayConfig): Problem[] {
   if (bodyBuffer !== undefined && parseSize(bodyBuffer) > 16 * 1024 * 1024) {
     problems.push({ path: ['server', 'body_buffer_size'], message: 'must be at most 16mb (each request in flight may hold this much memory)' })
   }
+  const bodyMemory = config.server?.body_memory
+  if (bodyMemory !== undefined && parseSize(bodyMemory) !== 0 && parseSize(bodyMemory) < Math.max(1024 * 1024, parseSize(bodyBuffer ?? '64kb'))) {
+    problems.push({ path: ['server', 'body_memory'], message: 'must be 0b (no budget) or at least 1mb and server.body_buffer_size: below that, bodies of one normal size would be refused' })
+  }
   for (const [name, upstream] of Object.entries(config.upstreams)) {
     if (upstream.queue_timeout !== undefined && parseDuration(upstream.queue_timeout) < 10) {
       problems.push({ path: ['upstreams', name, 'queue_timeout'], message: 'must be at least 10ms' })

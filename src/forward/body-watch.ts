@@ -8,6 +8,7 @@
 import { performance } from 'node:perf_hooks'
 import type { Readable } from 'node:stream'
 import { RequestTimeout } from '../errors/oauth-errors.js'
+import type { BodyMemory } from './body-memory.js'
 
 export interface BodyPolicy {
   /** Bodies up to this many bytes are read whole before an upstream connection is taken (0: never). */
@@ -19,6 +20,8 @@ export interface BodyPolicy {
   readonly streamsPerAddress: number
   /** `forward.trust_forwarded_headers`: the client's address is the last `X-Forwarded-For` entry. */
   readonly trustForwarded: boolean
+  /** `server.body_memory`: the bytes bodies read into memory may hold in the process (one for every runtime). */
+  readonly memory: BodyMemory
 }
 
 /** How often the sweep runs while some body is being received. */

@@ -14,6 +14,7 @@ import { isHttp2Request } from '../common/http2.js'
 import { isGrpcRequest } from '../errors/grpc.js'
 import { BodyMeter } from './proxy.js'
 import { watchBody, type BodyPolicy } from './body-watch.js'
+import type { BodyHold } from './body-memory.js'
 
 // Anywhere in the header: `application/x-www-form-urlencoded , text/plain` is a form to lenient parsers.
 const FORM_CONTENT_TYPE = /x-www-form-urlencoded/i
@@ -49,7 +50,7 @@ interface Prefix {
  * Reads until the body ends or more than `bound` bytes have arrived (then the request is paused with the
  * rest unread); more than `limit` in all is RequestTooLarge.
  */
-function readPrefix(req: IncomingMessage, bound: number, limit: number, policy: BodyPolicy): Promise<Prefix> {
+function readPrefix(req: IncomingMessage, bound: number, limit: number, policy: BodyPolicy, hold: BodyHold): Promise<Prefix> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
     let size = 0
@@ -64,6 +65,13 @@ function readPrefix(req: IncomingMessage, bound: number, limit: number, policy: 
     const onData = (chunk: Buffer) => {
       size += chunk.length
       watch.seen(chunk.length)
+      // `server.body_memory`: held until the exchange ends, whatever becomes of the body.
+      try {
+        policy.memory.take(hold, chunk.length)
+      } catch (error) {
+        settle(error as Error)
+        return
+      }
       chunks.push(chunk)
       if (size > limit) settle(new RequestTooLarge(limit))
       else if (size > bound) settle()
@@ -128,10 +136,10 @@ function admitStream(req: IncomingMessage, policy: BodyPolicy): () => void {
  * A body read whole, at most `limit` bytes (RequestTooLarge past it; before any is read when the declared
  * length says so): the messages of MCP routes, which the gateway reads before they are forwarded.
  */
-export async function readWholeBody(req: IncomingMessage, limit: number, policy: BodyPolicy): Promise<Buffer> {
+export async function readWholeBody(req: IncomingMessage, limit: number, policy: BodyPolicy, hold: BodyHold): Promise<Buffer> {
   const length = req.headers['content-length']
   if (length !== undefined && !(Number(length) <= limit)) throw new RequestTooLarge(limit)
-  return Buffer.concat((await readPrefix(req, limit, limit, policy)).chunks)
+  return Buffer.concat((await readPrefix(req, limit, limit, policy, hold)).chunks)
 }
 
 /** The request body as the upstream gets it: buffered (small bodies, forms that may carry a token) or streamed. */
@@ -142,12 +150,13 @@ export interface BodyLimits {
 }
 
 /**
+ * @param hold what the exchange holds of `server.body_memory` (given back when it ends)
  * @param multiplexed the upstream speaks HTTP/2 (`upstreams.<name>.http2`): a slow body holds one of its streams,
  *   not a connection. A gRPC call's body then streams at once, unwatched and uncounted per address (a streaming
  *   call's client may wait for answers between its messages, for as long as the call lasts), within the route's
  *   max_body_size and `server.http2.idle_timeout`.
  */
-export async function requestBody(req: IncomingMessage, rule: BodyLimits, policy: BodyPolicy, multiplexed = false): Promise<Readable | Buffer | null> {
+export async function requestBody(req: IncomingMessage, rule: BodyLimits, policy: BodyPolicy, hold: BodyHold, multiplexed = false): Promise<Readable | Buffer | null> {
   if (!hasBody(req)) return null
   // A gRPC call is an HTTP/2 request: `application/grpc` over HTTP/1.1 is watched like any other body.
   if (multiplexed && isHttp2Request(req) && isGrpcRequest(req)) return streamCall(req, rule.maxBodySize)
@@ -158,7 +167,7 @@ export async function requestBody(req: IncomingMessage, rule: BodyLimits, policy
   // form (bounded) to refuse it: a second token beside the header's, or on an `auth: optional` route the only
   // one, which the upstream would honour for a request forwarded as anonymous.
   if (rule.auth !== 'none' && FORM_CONTENT_TYPE.test(req.headers['content-type'] ?? '')) {
-    const body = Buffer.concat((await readPrefix(req, rule.maxBodySize, rule.maxBodySize, policy)).chunks)
+    const body = Buffer.concat((await readPrefix(req, rule.maxBodySize, rule.maxBodySize, policy, hold)).chunks)
     if (namesAccessToken(body.toString('latin1'))) {
       throw new InvalidRequest('access tokens in the request body are not accepted; use the Authorization header')
     }
@@ -166,7 +175,7 @@ export async function requestBody(req: IncomingMessage, rule: BodyLimits, policy
   }
   // A declared length over the buffer streams at once; a chunked body is read up to the buffer to find out.
   if (policy.bufferSize === 0 || (declared !== undefined && declared > policy.bufferSize)) return streamRest(req, [], rule.maxBodySize, policy)
-  const prefix = await readPrefix(req, policy.bufferSize, rule.maxBodySize, policy)
+  const prefix = await readPrefix(req, policy.bufferSize, rule.maxBodySize, policy, hold)
   if (prefix.ended) return Buffer.concat(prefix.chunks)
   return streamRest(req, prefix.chunks, rule.maxBodySize, policy)
 }

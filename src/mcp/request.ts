@@ -20,6 +20,8 @@ export interface McpRequest {
   readonly principal: Principal | undefined
   /** The path's segments, for claim conditions on its parameters. */
   readonly segments: readonly string[]
+  /** What the exchange holds of `server.body_memory`. */
+  heldBytes: number
 }
 
 /**
@@ -35,7 +37,7 @@ export async function authorizedMcpBody(res: ServerResponse, request: McpRequest
   if (!hasBody(req)) throw new MalformedRequest('an MCP POST carries one JSON-RPC message', { detail: 'mcp: no body' })
   // RFC 9110 §10.1.1: the body is wanted now, to be read before anything else is decided.
   if (req.headers.expect !== undefined) res.writeContinue()
-  const body = await readWholeBody(req, Math.min(policy.bufferSize, rule.maxBodySize), policy)
+  const body = await readWholeBody(req, Math.min(policy.bufferSize, rule.maxBodySize), policy, request)
   authorizeMessage(principal, rule, mcp, readMessage(req, body), { headers: req.headers, segments })
   return body
 }

@@ -81,6 +81,8 @@ export interface Exchange extends Outcome {
   answered: boolean
   /** Its place among the requests waiting for an answer (`server.admission`) until its response head goes out. */
   waiting: Waiting | null
+  /** The bytes of its body read into memory, counted in `server.body_memory` until it ends. */
+  heldBytes: number
 }
 
 /** `rule` before the match: typed as the rule every later stage reads, and never read before it is set. */
@@ -97,7 +99,7 @@ export function openExchange(rt: GatewayRuntime, req: IncomingMessage, res: Serv
     route: '', decision: decision ? 'allowed' : 'forwarded', error: '', detail: undefined, cause: undefined, forwarding: undefined,
     resourceMetadata: undefined, cors: undefined, rateLimitFields: undefined, span: undefined, grpcStatus: undefined,
     path: '', query: '', segments: NO_SEGMENTS, rule: UNMATCHED, preflight: false, mcpMessage: false, dpopToken: undefined,
-    principal: undefined, body: null, headers: NO_HEADERS, answered: false, waiting: null,
+    principal: undefined, body: null, headers: NO_HEADERS, answered: false, waiting: null, heldBytes: 0,
   }
 }
 

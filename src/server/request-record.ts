@@ -50,6 +50,7 @@ export function beginRequest(rt: GatewayRuntime, req: IncomingMessage, res: Serv
   res.on('close', () => {
     ex.forwarding?.clientClosed()
     leaveWaiting(ex)
+    if (ex.heldBytes !== 0) rt.bodyPolicy.memory.release(ex)
     if (--rt.inflight === 0) rt.onIdle?.()
     recordRequest(rt, req, res, ex, (performance.now() - started) / 1000)
   })

@@ -11,6 +11,7 @@ import { Authenticator, type EmbeddedIssuer, type RevocationCheck } from '../aut
 import type { DpopConfig, GatewayConfig } from '../config/schema.js'
 import { parseDuration, parseSize } from '../config/units.js'
 import type { BodyPolicy } from '../forward/body-watch.js'
+import { BodyMemory, DEFAULT_BODY_MEMORY } from '../forward/body-memory.js'
 import { DEFAULT_STREAMS_PER_ADDRESS } from '../forward/request-body.js'
 import { createUpstream, type Upstream } from '../forward/proxy.js'
 import { addedHeaderNames, createHeaderPolicy, type HeaderPolicy } from '../forward/header-policy.js'
@@ -175,6 +176,7 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
       minRate: parseSize(config.server?.body_min_rate ?? '1kb'),
       streamsPerAddress: config.server?.body_streams_per_address ?? DEFAULT_STREAMS_PER_ADDRESS,
       trustForwarded: config.forward?.trust_forwarded_headers ?? false,
+      memory: bodyMemory(config, previous),
     },
     log: deps.log,
     requestLog: deps.requestLog,
@@ -185,6 +187,14 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
     inflight: 0,
     source: { authn, upstreams: upstreamSources },
   }
+}
+
+/** `server.body_memory`, default 256 MB: one count for the process, kept across reloads with the new limit. */
+function bodyMemory(config: GatewayConfig, previous: GatewayRuntime | undefined): BodyMemory {
+  const limit = parseSize(config.server?.body_memory ?? DEFAULT_BODY_MEMORY)
+  const memory = previous?.bodyPolicy.memory ?? new BodyMemory(limit)
+  memory.limit = limit
+  return memory
 }
 
 /** What `retired` holds that `current` does not share: closed when the last request on `retired` ends. */

@@ -37,6 +37,8 @@ export const Server = Strict({
   body_timeout: Type.Optional(Duration),
   body_min_rate: Type.Optional(Size),
   body_streams_per_address: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000 })),
+  // The bytes request bodies read into memory may hold in the process; past it a body is refused 503 (0b: no budget).
+  body_memory: Type.Optional(Size),
   // Load shedding: requests waiting for their answer at once, past which new ones get 503 with Retry-After.
   admission: Type.Optional(Strict({
     max_in_flight: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),

@@ -27,7 +27,7 @@ export function body(ex: Exchange): Promise<void> | undefined {
   // only now that the request is authorized (a refusal is answered instead, and the body never read).
   if (req.headers.expect !== undefined) res.writeContinue()
   const multiplexed = ex.rt.upstreams.get(ex.rule.upstream)?.http2 === true
-  return requestBody(req, ex.rule, ex.rt.bodyPolicy, multiplexed).then((read) => { ex.body = read })
+  return requestBody(req, ex.rule, ex.rt.bodyPolicy, ex, multiplexed).then((read) => { ex.body = read })
 }
 
 /** The client span of the upstream request; its context goes upstream in `traceparent`. */
