@@ -132,6 +132,9 @@ export interface AuditEvents {
   }
   /** A registration was deleted with its registration access token (RFC 7592 §2.3). */
   'client.registration_deleted': RequestFields & { readonly client_id: string }
+  'client.registration_updated': RequestFields & {
+    readonly client_id: string; readonly grant_types: readonly string[]; readonly redirect_uris: readonly string[]; readonly scope: string
+  }
   'throttle.engaged': {
     /** `failures` (client authentication, password grant, login), `user-codes` (/device), `interactions`, `registrations`. */
     readonly throttle: string

@@ -51,11 +51,12 @@ export async function register(gateway: RunningGateway, metadata: unknown, optio
 }
 
 /** An RFC 7592 request to a registration_client_uri with a registration access token (none when undefined). */
-export async function manage(uri: string, method: 'GET' | 'DELETE' | 'PUT', token: string | undefined): Promise<OAuthResponse> {
+export async function manage(uri: string, method: 'GET' | 'DELETE' | 'PUT' | 'PATCH', token: string | undefined, body: unknown = {}): Promise<OAuthResponse> {
+  const sendsBody = method === 'PUT' || method === 'PATCH'
   return answer(await fetch(uri, {
     method,
-    headers: { ...(token !== undefined && { authorization: `Bearer ${token}` }), ...(method === 'PUT' && { 'content-type': 'application/json' }) },
-    ...(method === 'PUT' && { body: '{}' }),
+    headers: { ...(token !== undefined && { authorization: `Bearer ${token}` }), ...(sendsBody && { 'content-type': 'application/json' }) },
+    ...(sendsBody && { body: JSON.stringify(body) }),
     redirect: 'manual',
   }))
 }

@@ -4,9 +4,10 @@
  *   read) → the registrations allowed per address → the metadata against the policy (registration/policy.ts)
  *   → a new client: 201 with its information (§3.2.1), its client_secret and registration access token
  *   shown this once (the store keeps hashes).
- * - GET and DELETE `?client_id=…` (RFC 7592 §2.1, §2.3; the query form of the client configuration
- *   endpoint, §2) with the registration access token as a Bearer token: read (200) or delete (204). A wrong
- *   token and an unknown client are the same 401 invalid_token. PUT (update, §2.2) is not supported: 405.
+ * - GET, PUT and DELETE `?client_id=…` (RFC 7592 §2.1–§2.3; the query form of the client configuration
+ *   endpoint, §2) with the registration access token as a Bearer token: read (200), update (200: the metadata
+ *   replaced, checked against the policy as a registration is) or delete (204). A wrong token and an unknown
+ *   client are the same 401 invalid_token.
  * JSON bodies only, at most 32 KiB, parsed in a scope of their own: every other endpoint takes forms only.
  * Every answer is no-store; errors are RFC 7591 §3.2.2 JSON, with a Bearer challenge when a token is at fault.
  */
@@ -22,12 +23,13 @@ import { noStore, sendCorsPreflight, sendOAuthError } from '../http.js'
 import { checkClientMetadata, type RegistrationSettings } from '../registration/policy.js'
 import type { NewRegistration, RegistrationRecord, Registrations } from '../registration/registrations.js'
 import { verifyThrottled } from '../throttle.js'
+import { verifySecret } from '../../crypto/secret-hash.js'
 
 /** Ample for the largest policy (100 redirect URIs of 2000 characters would not fit; 5 of them do, many times). */
 const BODY_LIMIT = 32 * 1024
 /** Longer than any token this server issues or an operator would configure. */
 const MAX_TOKEN = 4096
-const METHODS = ['POST', 'GET', 'DELETE']
+const METHODS = ['POST', 'GET', 'PUT', 'DELETE']
 
 export interface RegistrationEndpointOptions {
   readonly registrations: Registrations
@@ -79,7 +81,7 @@ function sendJson(reply: FastifyReply, status: number, body: unknown): FastifyRe
   return noStore(reply).code(status).header('content-type', 'application/json; charset=utf-8').send(JSON.stringify(body))
 }
 
-/** Mounts `${prefix}/register` (POST, GET, DELETE; OPTIONS for CORS; 405 otherwise); returns its path. */
+/** Mounts `${prefix}/register` (POST, GET, PUT, DELETE; OPTIONS for CORS; 405 otherwise); returns its path. */
 export function registerRegistration(app: FastifyInstance, ctx: AuthServerContext, options: RegistrationEndpointOptions): string[] {
   const settings: RegistrationSettings = ctx.settings.registration!
   const { issuer, prefix } = ctx.settings
@@ -130,13 +132,56 @@ export function registerRegistration(app: FastifyInstance, ctx: AuthServerContex
     return sendJson(reply, 201, clientInformation(ctx, clientId, record, created))
   }
 
-  async function manage(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+  /** The registration a request manages, by its `client_id` and registration access token. */
+  async function managed(request: FastifyRequest): Promise<{ clientId: string; record: RegistrationRecord; token: string }> {
     const token = extractBearerToken(request.raw, MAX_TOKEN)
     if (token === undefined) throw new MissingToken()
     const clientId = (request.query as Record<string, unknown>).client_id
     const record = typeof clientId === 'string' ? await registrations.authorize(clientId, token) : undefined
     // RFC 7592 §2.1: an unknown client and a wrong token are both 401; which one is not said.
     if (!record || typeof clientId !== 'string') throw new InvalidToken('unknown client or wrong registration access token')
+    return { clientId, record, token }
+  }
+
+  /**
+   * RFC 7592 §2.2: the body is the client's whole metadata (what it leaves out is no longer registered), checked as
+   * a registration is. It names the client (`client_id`, which must be this one) and may carry the client's secret
+   * (which must then be its own); what the server sets (the registration access token and URI, the issue and
+   * expiry times) is ignored. The authentication method cannot change: a new secret would have to be issued, or
+   * one dropped; such a client registers anew.
+   */
+  async function update(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+    const { clientId, record, token } = await managed(request)
+    let body: unknown
+    try {
+      body = JSON.parse(request.body as string)
+    } catch {
+      throw new InvalidClientMetadata('the body is not valid JSON')
+    }
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new InvalidClientMetadata('the body must be a JSON object')
+    const {
+      client_id: named, client_secret: secret, registration_access_token: _token, registration_client_uri: _uri,
+      client_id_issued_at: _issued, client_secret_expires_at: _expires, ...fields
+    } = body as Record<string, unknown>
+    if (named !== clientId) throw new InvalidClientMetadata('client_id must be the registered client\'s (RFC 7592 section 2.2)')
+    if (secret !== undefined && (typeof secret !== 'string' || record.secretHash === undefined || !await verifySecret(secret, record.secretHash))) {
+      throw new InvalidClientMetadata('client_secret is not the registered client\'s')
+    }
+    const metadata = checkClientMetadata(fields, settings, ctx.settings.algorithm)
+    if (metadata.token_endpoint_auth_method !== record.metadata.token_endpoint_auth_method) {
+      throw new InvalidClientMetadata('token_endpoint_auth_method cannot change: register a new client')
+    }
+    const updated = await registrations.update(clientId, record, metadata)
+    if (updated === undefined) throw new InvalidToken('unknown client or wrong registration access token')
+    request.log.info({ clientId }, 'client registration updated')
+    ctx.audit.emit('client.registration_updated', {
+      client_id: clientId, grant_types: metadata.grant_types, redirect_uris: metadata.redirect_uris, scope: metadata.scope, ip: request.ip, req_id: request.id,
+    })
+    return sendJson(reply, 200, clientInformation(ctx, clientId, updated, { registrationAccessToken: token }))
+  }
+
+  async function manage(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
+    const { clientId, record, token } = await managed(request)
     if (request.method === 'DELETE') {
       await registrations.delete(clientId)
       request.log.info({ clientId }, 'client registration deleted')
@@ -165,10 +210,18 @@ export function registerRegistration(app: FastifyInstance, ctx: AuthServerContex
       handler: register,
     })
     scope.route({ method: ['GET', 'DELETE'], url: path, handler: manage })
+    scope.route({
+      method: 'PUT',
+      url: path,
+      onRequest: async (request, reply) => {
+        if (!isJson(request.headers['content-type'])) return sendError(reply, new InvalidClientMetadata('the body must be application/json (RFC 7592 section 2.2)'), issuer)
+        return undefined
+      },
+      handler: update,
+    })
     // Browser apps register too (an MCP client in a web page); no cookie is involved, so `*` is safe.
     scope.options(path, (_request, reply) => sendCorsPreflight(reply, METHODS))
-    // RFC 7592 §2.2: update is not supported.
-    scope.route({ method: ['PUT', 'PATCH'], url: path, handler: (_request, reply) => sendError(reply, new MethodNotAllowed(METHODS), issuer) })
+    scope.route({ method: 'PATCH', url: path, handler: (_request, reply) => sendError(reply, new MethodNotAllowed(METHODS), issuer) })
   })
   return [path]
 }

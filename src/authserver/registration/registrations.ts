@@ -98,6 +98,17 @@ export class Registrations implements DynamicClientSource {
     return record && matches ? record : undefined
   }
 
+  /**
+   * RFC 7592 §2.2: the metadata replaced as a whole, the rest kept (client_id, issue time, secret, registration
+   * access token); only while the registration is live (one deleted meanwhile stays deleted): undefined then.
+   */
+  async update(clientId: string, record: RegistrationRecord, metadata: ClientMetadata): Promise<RegistrationRecord | undefined> {
+    const updated: RegistrationRecord = { ...record, metadata }
+    const lifetime = record.usedAt === undefined ? this.settings.unusedExpirySeconds : USED_LIFETIME_SECONDS
+    const written = await this.store.consumeAndWrite(KIND, clientId, [{ kind: KIND, id: clientId, value: updated, expiresInSeconds: lifetime }])
+    return written ? updated : undefined
+  }
+
   /** RFC 7592 §2.3: the registration is gone at once, on every instance (the store is shared). */
   async delete(clientId: string): Promise<void> {
     await this.store.destroy(KIND, clientId)

@@ -159,7 +159,7 @@ describe('browser apps (CORS)', () => {
     })
     expect(preflight.status).toBe(204)
     expect(preflight.headers.get('access-control-allow-origin')).toBe('*')
-    expect(preflight.headers.get('access-control-allow-methods')).toBe('POST, GET, DELETE')
+    expect(preflight.headers.get('access-control-allow-methods')).toBe('POST, GET, PUT, DELETE')
     const res = await register(gateway, NATIVE_APP, { headers: { origin: 'https://inspector.example' } })
     expect([res.status, res.headers.get('access-control-allow-origin')]).toEqual([201, '*'])
   })

@@ -166,7 +166,7 @@ describe('dynamic client registration (RFC 7591)', () => {
 })
 
 describe('registration management (RFC 7592)', () => {
-  it('reads with the registration access token; no token, a wrong one, another client\'s or an unknown client is 401; PUT is 405', async (context) => {
+  it('reads with the registration access token; no token, a wrong one, another client\'s or an unknown client is 401; PATCH is 405', async (context) => {
     const gateway = await start(context)
     const first = (await register(gateway, NATIVE_APP)).body
     const second = (await register(gateway, { ...NATIVE_APP, client_name: 'Other' })).body
@@ -190,8 +190,63 @@ describe('registration management (RFC 7592)', () => {
       expect(refused.headers.get('www-authenticate')).toContain('error="invalid_token"')
       expect(refused.text).not.toContain('redirect_uris')
     }
-    const update = await manage(uri, 'PUT', first.registration_access_token as string)
-    expect([update.status, update.headers.get('allow')]).toEqual([405, 'POST, GET, DELETE'])
+    const patch = await manage(uri, 'PATCH', first.registration_access_token as string)
+    expect([patch.status, patch.headers.get('allow')]).toEqual([405, 'POST, GET, PUT, DELETE'])
+  })
+
+  it('updates with the registration access token (RFC 7592 §2.2): the whole metadata replaced and checked as a registration is; the new redirect URI works, the old one no longer', async (context) => {
+    const gateway = await start(context)
+    const first = (await register(gateway, NATIVE_APP)).body
+    const uri = first.registration_client_uri as string
+    const token = first.registration_access_token as string
+    const other = 'http://127.0.0.1/other'
+    // What the server set is sent back as read, and ignored; client_name left out is no longer registered.
+    const { client_name: _name, ...rest } = first
+    const updated = await manage(uri, 'PUT', token, { ...rest, redirect_uris: [other] })
+    expect(updated.status).toBe(200)
+    expect(updated.headers.get('cache-control')).toBe('no-store')
+    expect(updated.body).toMatchObject({ client_id: first.client_id, redirect_uris: [other], registration_access_token: token, registration_client_uri: uri })
+    expect(updated.body).not.toHaveProperty('client_name')
+    expect((await manage(uri, 'GET', token)).body).toEqual(updated.body)
+    expect(auditEvents(gateway, 'client.registration_updated')).toEqual([expect.objectContaining({ client_id: first.client_id, redirect_uris: [other], ip: '127.0.0.1' })])
+    const authorize = (redirectUri: string) => fetch(`${gateway.url}/authorize?${new URLSearchParams({
+      response_type: 'code', client_id: first.client_id as string, redirect_uri: redirectUri, state: 's', scope: 'orders:read',
+      code_challenge: 'E9Melhoa2OwvFrEMTJguCHaoeK1t8URWAVhasAtZ1Ew', code_challenge_method: 'S256' })}`, { redirect: 'manual' })
+    expect((await authorize(LOOPBACK)).status).toBe(400)
+    expect((await authorize(other)).status).toBe(302)
+  })
+
+  it('refuses an update the policy or RFC 7592 refuses, changing nothing: another client_id or none, another auth method, a wrong secret, a grant the policy refuses, not JSON, a wrong token', async (context) => {
+    const gateway = await start(context, MACHINE_POLICY)
+    const machine = (await register(gateway, MACHINE, { token: IAT })).body
+    const uri = machine.registration_client_uri as string
+    const token = machine.registration_access_token as string
+    const { registration_access_token: _t, registration_client_uri: _u, client_secret: secret, ...mine } = machine
+    const before = (await manage(uri, 'GET', token)).body
+    for (const [body, error] of [
+      [{ ...mine, client_id: 'dcr_someone_else' }, /client_id must be the registered client's/],
+      [{ ...mine, client_id: undefined }, /client_id must be the registered client's/],
+      [{ ...mine, token_endpoint_auth_method: 'client_secret_post' }, /token_endpoint_auth_method cannot change/],
+      [{ ...mine, client_secret: 'not-the-secret' }, /client_secret is not the registered client's/],
+      [{ ...mine, grant_types: ['password'] }, /grant_types/],
+    ] as const) {
+      const refused = await manage(uri, 'PUT', token, body)
+      expect([refused.status, refused.body.error], JSON.stringify(body)).toEqual([400, 'invalid_client_metadata'])
+      expect(refused.body.error_description).toMatch(error)
+    }
+    expect((await manage(uri, 'PUT', `${token}x`, mine)).status).toBe(401)
+    const notJson = await fetch(uri, { method: 'PUT', headers: { authorization: `Bearer ${token}`, 'content-type': 'text/plain' }, body: '{}' })
+    expect(notJson.status).toBe(400)
+    // Nothing changed: the registration reads as before, and its secret still works.
+    expect((await manage(uri, 'GET', token)).body).toEqual(before)
+    const credentials = { authorization: basic(machine.client_id as string, secret as string) }
+    expect((await postForm(gateway, '/token', { grant_type: 'client_credentials' }, credentials)).status).toBe(200)
+    // The client's own secret may be sent with a good update.
+    const renamed = await manage(uri, 'PUT', token, { ...mine, client_secret: secret, client_name: 'Nightly job, renamed' })
+    expect([renamed.status, renamed.body.client_name]).toEqual([200, 'Nightly job, renamed'])
+    expect(renamed.body).not.toHaveProperty('client_secret')
+    expect((await postForm(gateway, '/token', { grant_type: 'client_credentials' }, credentials)).status).toBe(200)
+    expect(auditEvents(gateway, 'client.registration_updated')).toHaveLength(1)
   })
 
   it('deletes with the registration access token: 204, then the client is unknown everywhere and its token no longer works', async (context) => {
