@@ -39,6 +39,8 @@ const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 export interface GatewayStats {
   cacheStats(): CacheStats[]
   keySetStats(): KeySetStats[]
+  /** Bytes of request bodies read into memory now (`server.body_memory` counts them). */
+  bodyMemoryBytes(): number
 }
 
 /** What a finished request's metrics read of it (the gateway's per-request exchange has it). */
@@ -168,6 +170,12 @@ export class Metrics {
     registers: [this.registry],
     // Workers on one file: one series of 1 (two, each 1, while a reload reaches them).
     aggregator: 'max',
+  })
+  readonly bodyMemory = new Gauge({
+    name: 'portcullis_request_body_memory_bytes',
+    help: 'Bytes of request bodies read into memory now, which server.body_memory bounds.',
+    registers: [this.registry],
+    collect: (): void => { this.bodyMemory.set(this.stats?.bodyMemoryBytes() ?? 0) },
   })
   readonly configLoaded = new Gauge({
     name: 'portcullis_config_last_reload_success_timestamp_seconds',

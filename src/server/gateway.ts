@@ -203,7 +203,10 @@ export async function buildGateway(config: GatewayConfig, options: GatewayOption
     authServer.ctx.revocations.onRevoke = (selector) => { authenticator().invalidate(selector) }
     authServer.ctx.revocations.onResync = () => { authenticator().invalidate({ issuer: authServer.ctx.settings.issuer }) }
   }
-  metrics.bindGateway({ cacheStats: () => authenticator().cacheStats(), keySetStats: () => authenticator().keySetStats() })
+  metrics.bindGateway({
+    cacheStats: () => authenticator().cacheStats(), keySetStats: () => authenticator().keySetStats(),
+    bodyMemoryBytes: () => pipeline!.runtime.bodyPolicy.memory.held,
+  })
 
   let current = config
   const applyConfig = async (next: GatewayConfig): Promise<string[]> => {
