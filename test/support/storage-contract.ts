@@ -311,8 +311,9 @@ export function describeStorageContract(name: string, factory: StorageFactory): 
 
     // Optional (adapter.ts): the shared store has it; stores one process uses leave it out, reported as skipped here.
     const shared = name.startsWith('redis')
-    describe(shared ? 'firstUse' : `firstUse (skipped: the ${name} adapter is used by one process and has none)`, () => {
-      it('is true for the first of 10 parallel callers only, and false on every later call', async (context) => {
+    const skipped = shared ? '' : ` (skipped: the ${name} adapter is used by one process and has no firstUse)`
+    describe(shared ? 'firstUse' : `firstUse${skipped}`, () => {
+      it(`is true for the first of 10 parallel callers only, and false on every later call${skipped}`, async (context) => {
         const { store } = await open()
         if (store.firstUse === undefined) return context.skip(`the ${name} adapter has no firstUse`)
         const results = await Promise.all(Array.from({ length: 10 }, () => store.firstUse!('dpop:proof-1', 60)))
@@ -321,7 +322,7 @@ export function describeStorageContract(name: string, factory: StorageFactory): 
         expect(await store.firstUse('dpop:proof-2', 60)).toBe(true)
       })
 
-      it('keeps its ids apart from every artifact', async (context) => {
+      it(`keeps its ids apart from every artifact${skipped}`, async (context) => {
         const { store } = await open()
         if (store.firstUse === undefined) return context.skip(`the ${name} adapter has no firstUse`)
         await store.upsert('access_token', 'same-id', { a: 1 }, 60)

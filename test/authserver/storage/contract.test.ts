@@ -28,4 +28,4 @@ const redisFactory: StorageFactory = async (options) => {
 
 if (REDIS_URL !== undefined) describeStorageContract('redis', redisFactory)
 // Reported as skipped, every case by name, rather than silently left out.
-else describe.skip('redis storage adapter contract (REDIS_URL is not set)', () => describeStorageContract('redis', redisFactory))
+else describe.skip('redis storage adapter contract (skipped: REDIS_URL is not set)', () => describeStorageContract('redis', redisFactory))
