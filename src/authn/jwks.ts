@@ -9,7 +9,7 @@ import { createLocalJWKSet, errors, type JSONWebKeySet, type JWK, type JWTVerify
 import { request } from 'undici'
 import { withClientSpan, type Span } from '../tracing/tracing.js'
 import type { FastifyBaseLogger } from 'fastify'
-import { isLoopbackHost } from '../config/loopback.js'
+import { cleartextHost } from '../config/loopback.js'
 import type { KeySetStats } from '../metrics/stats.js'
 export type { KeySetStats } from '../metrics/stats.js'
 
@@ -201,11 +201,9 @@ async function discoverJwksUri(issuer: string, timeoutMs: number, allowInsecureH
       // RFC 8414 §3.3: the metadata's issuer must be identical to the issuer it was fetched for.
       if (metadata.issuer !== issuer) throw new Error(`metadata issuer ${String(metadata.issuer)} differs`)
       if (typeof metadata.jwks_uri !== 'string' || !/^https?:\/\//.test(metadata.jwks_uri)) throw new Error('no jwks_uri')
-      const jwksUri = metadata.jwks_uri
-      if (!allowInsecureHttp && jwksUri.startsWith('http://') && URL.canParse(jwksUri) && !isLoopbackHost(new URL(jwksUri).hostname)) {
-        throw new Error(`its jwks_uri uses http:// off loopback (${new URL(jwksUri).host}): refused, as in the config; use https://, or set server.allow_insecure_http: true`)
-      }
-      return jwksUri
+      const host = allowInsecureHttp ? undefined : cleartextHost(metadata.jwks_uri)
+      if (host !== undefined) throw new Error(`its jwks_uri uses http:// off loopback (${host}): refused, as in the config; use https://, or set server.allow_insecure_http: true`)
+      return metadata.jwks_uri
     } catch (error) {
       failures.push(`${candidate}: ${(error as Error).message}`)
     }

@@ -1,5 +1,5 @@
 /** What the schema cannot say: references, overlaps, combinations, files that must exist. */
-import { isLoopbackHost } from '../config/loopback.js'
+import { cleartextHost, isLoopbackHost } from '../config/loopback.js'
 import { readable } from '../config/files.js'
 import { fileURLToPath } from 'node:url'
 import { DEFAULT_STREAMS_PER_ADDRESS } from '../forward/request-body.js'
@@ -28,13 +28,6 @@ function badUrl(value: string): boolean {
   if (!URL.canParse(value)) return true
   const { port } = new URL(value)
   return port !== '' && Number(port) > 65535
-}
-
-/** The host of an http:// URL that is not loopback (127.0.0.0/8, ::1, localhost), else undefined. */
-function cleartextHost(value: string | undefined): string | undefined {
-  if (!value?.startsWith('http://') || !URL.canParse(value)) return undefined
-  const url = new URL(value)
-  return isLoopbackHost(url.hostname) ? undefined : url.host
 }
 
 /**
