@@ -67,6 +67,19 @@ async function agentsOnBothWorkers(c: Cluster): Promise<Map<number, http.Agent>>
   return byPid
 }
 
+/** `own`, a cluster of one test's own, with a kept-alive connection to each of its workers; both closed after `body`. */
+async function onBothWorkersOf(own: Cluster, body: (agents: http.Agent[]) => Promise<void>): Promise<void> {
+  let byPid = new Map<number, http.Agent>()
+  try {
+    byPid = await agentsOnBothWorkers(own)
+    await body([...byPid.values()])
+  } finally {
+    for (const agent of byPid.values()) agent.destroy()
+    own.process.kill()
+    await own.process.exited
+  }
+}
+
 const form = (fields: Record<string, string>) => ({
   method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams(fields).toString(),
 })
@@ -295,22 +308,16 @@ describe('server.workers: 2', () => {
 
   it('brute force spread over both workers is counted once', async () => {
     const small = await startCluster(upstream, { failures_per_client: 4, failures_per_ip: 100000 })
-    let byPid = new Map<number, http.Agent>()
-    try {
-      byPid = await agentsOnBothWorkers(small)
+    await onBothWorkersOf(small, async (agents) => {
       const attempt = (agent: http.Agent) => onAgent(agent, `${small.url}/token`, {
         ...form({ grant_type: 'client_credentials' }), headers: { ...form({}).headers, authorization: basic(SERVICE.id, 'wrong-secret-000000000') },
       })
       // Three wrong secrets on each worker: each alone would allow all three (4 per client); counted together, 4 only.
       const statuses: number[] = []
-      for (let round = 0; round < 3; round++) for (const agent of byPid.values()) statuses.push((await attempt(agent)).status)
+      for (let round = 0; round < 3; round++) for (const agent of agents) statuses.push((await attempt(agent)).status)
       expect(statuses.filter((status) => status === 401)).toHaveLength(4)
       expect(statuses.filter((status) => status === 429)).toHaveLength(2)
-    } finally {
-      for (const agent of byPid.values()) agent.destroy()
-      small.process.kill()
-      await small.process.exited
-    }
+    })
   }, 60_000)
 
   for (const workers of [2, 'auto'] as const) {
@@ -321,30 +328,21 @@ describe('server.workers: 2', () => {
         routes: [...c.config.routes as unknown[], { id: 'open', path: '/open/**', upstream: 'main', auth: 'none' }],
         rate_limits: { policies: { 'per-address': { limit: 5, window: '10s', key: 'address' } }, default: ['per-address'] },
       })
-      let byPid = new Map<number, http.Agent>()
-      try {
-        byPid = await agentsOnBothWorkers(limited)
+      await onBothWorkersOf(limited, async (agents) => {
         const before = upstream.requests.filter((request) => request.url.startsWith('/open/')).length
         const statuses: number[] = []
-        for (let round = 0; round < 15; round++) for (const agent of byPid.values()) statuses.push((await onAgent(agent, `${limited.url}/open/${round}`)).status)
+        for (let round = 0; round < 15; round++) for (const agent of agents) statuses.push((await onAgent(agent, `${limited.url}/open/${round}`)).status)
         expect(statuses.filter((status) => status === 200)).toHaveLength(5)
         expect(statuses.filter((status) => status === 429)).toHaveLength(25)
         expect(upstream.requests.filter((request) => request.url.startsWith('/open/')).length - before).toBe(5)
-      } finally {
-        for (const agent of byPid.values()) agent.destroy()
-        limited.process.kill()
-        await limited.process.exited
-      }
+      })
     }, 60_000)
   }
 
   it('keys rotate on SQLite: every worker signs with the new key once it is published, and accepts the old one\'s tokens meanwhile', async () => {
     const rotating = await startCluster(upstream, undefined, undefined, { authorization_server: { signing: { rotation_publish_delay: '2s' } } })
-    let byPid = new Map<number, http.Agent>()
-    try {
-      // One kept-alive connection to each worker: what each signs and accepts, worker by worker.
-      byPid = await agentsOnBothWorkers(rotating)
-      const agents = [...byPid.values()]
+    // One kept-alive connection to each worker: what each signs and accepts, worker by worker.
+    await onBothWorkersOf(rotating, async (agents) => {
       const tokenFrom = (agent: http.Agent) => onAgent(agent, `${rotating.url}/token`, { ...form({ grant_type: 'client_credentials', scope: 'items:read' }), headers: { ...form({}).headers, authorization: basic(SERVICE.id, SERVICE.secret) } })
       const kidOf = (answer: Answer) => JSON.parse(Buffer.from((JSON.parse(answer.body) as { access_token: string }).access_token.split('.')[0]!, 'base64url').toString()).kid as string
       const before = await Promise.all(agents.map(tokenFrom))
@@ -364,11 +362,7 @@ describe('server.workers: 2', () => {
       for (const agent of agents) {
         for (const token of oldTokens) expect((await onAgent(agent, `${rotating.url}/api/items/1`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200)
       }
-    } finally {
-      for (const agent of byPid.values()) agent.destroy()
-      rotating.process.kill()
-      await rotating.process.exited
-    }
+    })
   }, 90_000)
 
   it('right secrets sent at once over both workers are never refused: 50 parallel client_credentials, allowance 4', async () => {
