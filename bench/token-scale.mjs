@@ -11,8 +11,9 @@
 // - a cache hit, ns, `authenticate(token)` on tokens drawn at random from all N (hash included, as a request with a
 //   token its connection has not sent before pays it; each a fresh copy of the token, made untimed just before, as
 //   a request's token is bytes just read), the median of 3 rounds of --lookups;
-// - churn: --churn more distinct tokens into the full cache, each a miss that evicts the least recently used
-//   entry, µs each, and its ratio to the cold verify (the goal: an eviction never makes a miss dearer);
+// - churn: --churn more distinct tokens into the full cache, each a miss that evicts an entry not hit since the
+//   eviction hand last passed it (SIEVE), µs each, and its ratio to the cold verify (the goal: an eviction never
+//   makes a miss dearer);
 // - the floor: a bare Map of the N hashes looked up the same way (hash of a fresh copy, get), ns.
 import { hash } from 'node:crypto'
 import { performance } from 'node:perf_hooks'
