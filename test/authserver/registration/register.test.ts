@@ -216,7 +216,7 @@ describe('registration management (RFC 7592)', () => {
     expect((await authorize(other)).status).toBe(302)
   })
 
-  it('refuses an update the policy or RFC 7592 refuses, changing nothing: another client_id or none, another auth method, a wrong secret, a grant the policy refuses, not JSON, a wrong token', async (context) => {
+  it('refuses an update the policy or RFC 7592 refuses, changing nothing: another client_id or none, another auth method, a wrong secret, a grant the policy refuses, an array, a string, a body past 32 KiB, not JSON, a wrong token', async (context) => {
     const gateway = await start(context, MACHINE_POLICY)
     const machine = (await register(gateway, MACHINE, { token: IAT })).body
     const uri = machine.registration_client_uri as string
@@ -233,6 +233,10 @@ describe('registration management (RFC 7592)', () => {
       const refused = await manage(uri, 'PUT', token, body)
       expect([refused.status, refused.body.error], JSON.stringify(body)).toEqual([400, 'invalid_client_metadata'])
       expect(refused.body.error_description).toMatch(error)
+    }
+    for (const body of [[mine], 'a string', { ...mine, client_name: 'x'.repeat(40 * 1024) }]) {
+      const refused = await manage(uri, 'PUT', token, body)
+      expect([refused.status, refused.body.error], JSON.stringify(body).slice(0, 60)).toEqual([400, 'invalid_client_metadata'])
     }
     expect((await manage(uri, 'PUT', `${token}x`, mine)).status).toBe(401)
     const notJson = await fetch(uri, { method: 'PUT', headers: { authorization: `Bearer ${token}`, 'content-type': 'text/plain' }, body: '{}' })
