@@ -2,8 +2,9 @@
  * Rate-limit state shared by several instances: one Redis key per policy and key value, holding the
  * GCRA TAT (gcra.ts), read and written by one script for all of a request's policies, so a check is one atomic
  * round trip, all or nothing, and instances count against one budget. The clock is Redis's (`TIME`), so instances
- * whose clocks differ agree. Keys carry the deployment's prefix (with its {hash tag}: one Cluster slot) and the SHA-256 of the key value, never
- * the value itself (a client id or address has no place in a key listing); they expire when the bucket is full.
+ * whose clocks differ agree. Keys carry the deployment's prefix (with its {hash tag}: one Cluster slot) and the
+ * SHA-256 of the key value, never the value itself (a client id or address has no place in a key listing); they
+ * expire when the bucket is full.
  *
  * A check never hangs: a command (queued while connecting) fails after `timeout`, and is not retried; the
  * caller then applies the policy's `on_store_failure`.
