@@ -11,7 +11,7 @@
 //
 // Options: --quick, --duration S (measured seconds per run; default 10), --warmup S (default 3), --reps N
 // (default 3), --scenarios LIST (default all; `e` selects both e-… rows, `b` also b@2000, …; `=d` only d),
-// --against DIR (each Portcullis proxy row runs on DIR's build too, interleaved: the A/B of a change),
+// --against DIR (each Portcullis proxy and token endpoint row runs on DIR's build too, interleaved: the A/B of a change),
 // --connections N (default 50 for the proxy scenarios, 20 for the token endpoint), --entries N (cached
 // tokens for (i); default 100 000), --profile DIR (each process under test writes a V8 CPU profile into DIR
 // on exit, for a flame graph; the profiler's own cost skews that run's figures). REDIS_URL (default
@@ -494,10 +494,10 @@ function refreshLoad(target) {
 }
 
 const redisPrefix = (id, rep) => `{portcullis-bench-${process.pid}-${id}-${rep}}:`
-const authServer = (id, store) => async (rep) => {
-  const { proc, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), authServerYaml(store, redisPrefix(id, rep)))
+const authServer = (id, store, cli) => Object.assign(async (rep) => {
+  const { proc, base } = await startPortcullis(id, path.join(ctx.dir, `${id}-r${rep}`), authServerYaml(store, redisPrefix(id, rep)), cli)
   return { proc, base, url: `${base}/token`, redis: store === 'redis' ? redisPrefix(id, rep) : undefined }
-}
+}, { withCli: (other) => authServer(`${id}~against`, store, other) })
 
 const SCENARIOS = [
   { id: 'a', label: '(a) upstream alone (node:http)', kind: 'proxy', start: helperProxy('a', ['bench/servers.mjs', 'upstream']),
@@ -676,8 +676,9 @@ let selected = SCENARIOS.filter((s) => wanted.some((token) => selects(token, s.i
 if (opts.against !== undefined) {
   const cli = path.resolve(opts.against, 'dist/cli.js')
   if (!existsSync(cli)) throw new Error(`--against: ${cli} does not exist (build that checkout first)`)
-  selected = selected.flatMap((s) => (s.start.yaml === undefined || s.newFeature ? [s]
-    : [s, { ...s, id: `${s.id}~against`, label: `${s.label} [${opts.against}]`, start: portcullisProxy(`${s.id}~against`, s.start.yaml, cli) }]))
+  selected = selected.flatMap((s) => ((s.start.yaml === undefined && s.start.withCli === undefined) || s.newFeature ? [s]
+    : [s, { ...s, id: `${s.id}~against`, label: `${s.label} [${opts.against}]`,
+      start: s.start.withCli?.(cli) ?? portcullisProxy(`${s.id}~against`, s.start.yaml, cli) }]))
 }
 const runMemory = wanted.some((token) => selects(token, 'i'))
 

@@ -1,8 +1,13 @@
-/** The default store: one SQLite file through better-sqlite3, in WAL mode (ARCHITECTURE "Store adapters"). */
+/**
+ * The default store: one SQLite file through better-sqlite3, in WAL mode (docs/architecture.md); its commits
+ * run on a writer thread where there is one (sqlite-commit.ts), its reads on the event loop.
+ */
 import { closeSync, mkdirSync, openSync } from 'node:fs'
 import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
 import type { ArtifactKind, ArtifactRecord, FoundArtifact, StorageAdapter, StorageOptions, StoredArtifact } from './adapter.js'
+import { inlineCommit, threadCommit, writerThreadFor } from './sqlite-commit.js'
+import { prepareWrites, type Row, type UpsertRow } from './sqlite-writes.js'
 
 /** Migration N (1-based) brings the file from `user_version` N-1 to N; append only, never edit. */
 const MIGRATIONS: readonly string[] = [
@@ -20,14 +25,6 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX artifacts_user_code ON artifacts (user_code) WHERE user_code IS NOT NULL;
    CREATE INDEX artifacts_expires_at ON artifacts (expires_at);`,
 ]
-
-interface Row {
-  kind: ArtifactKind
-  id: string
-  value: string
-  expires_at: number
-  consumed_at: number | null
-}
 
 /**
  * Opens (creating it, mode 0600, with its directories) the SQLite file at `path`, migrated to the latest
@@ -49,7 +46,7 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
   // but a power loss or kernel crash may roll back the last commits: a consumed refresh token or code
   // would become usable again, and a newly published signing key could vanish. FULL fsyncs the WAL on
   // every commit, so nothing committed is lost to either; the price is one fsync per commit, shared by
-  // the writes of one event-loop turn (groupCommit below).
+  // the writes of one event-loop turn (sqlite-commit.ts). The writer thread sets the same on its connection.
   db.pragma('synchronous = FULL')
   db.pragma('busy_timeout = 5000')
   try {
@@ -60,20 +57,11 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
   }
 
   const statements = {
-    upsert: db.prepare<[ArtifactKind, string, string, string | null, string | null, number], void>(
-      'INSERT OR REPLACE INTO artifacts (kind, id, value, grant_id, user_code, expires_at) VALUES (?, ?, ?, ?, ?, ?)'),
     find: db.prepare<[ArtifactKind, string, number], Row>(
       'SELECT * FROM artifacts WHERE kind = ? AND id = ? AND expires_at > ?'),
-    live: db.prepare<[ArtifactKind, string, number], { one: 1 }>('SELECT 1 AS one FROM artifacts WHERE kind = ? AND id = ? AND expires_at > ?'),
     findByUserCode: db.prepare<[string, number], Row>(
       "SELECT * FROM artifacts WHERE kind = 'device_code' AND user_code = ? AND expires_at > ? LIMIT 1"),
-    consume: db.prepare<[number, ArtifactKind, string, number], void>(
-      'UPDATE artifacts SET consumed_at = ? WHERE kind = ? AND id = ? AND consumed_at IS NULL AND expires_at > ?'),
-    destroy: db.prepare<[ArtifactKind, string], void>('DELETE FROM artifacts WHERE kind = ? AND id = ?'),
-    revoke: db.prepare<[string, string], Row>(
-      "DELETE FROM artifacts WHERE grant_id = ? OR (kind = 'grant' AND id = ?) RETURNING *"),
     list: db.prepare<[ArtifactKind, number], Row>('SELECT * FROM artifacts WHERE kind = ? AND expires_at > ?'),
-    purge: db.prepare<[number], void>('DELETE FROM artifacts WHERE expires_at <= ?'),
     ping: db.prepare('SELECT 1'),
   }
 
@@ -92,17 +80,20 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
     }
   }
   const record = (row: Row, value: FoundArtifact): ArtifactRecord => ({ kind: row.kind, id: row.id, value, expiresAt: row.expires_at })
-  const purgeExpired = () => statements.purge.run(now()).changes
+  // The commits run on the writer thread where there is one (sqlite-commit.ts); reads stay on this connection,
+  // which WAL lets read while the writer writes.
+  const committer = writerThreadFor(path) ? threadCommit(path) : inlineCommit(db, prepareWrites(db))
+  const write = committer.write
+  const row = (kind: ArtifactKind, id: string, value: StoredArtifact, expiresInSeconds: number, at: number): UpsertRow =>
+    [kind, id, JSON.stringify(value), value.grantId ?? null, value.userCode ?? null, at + expiresInSeconds * 1000]
+  const purgeExpired = async () => await write({ op: 'purge', at: now() }) as number
 
-  const timer = purgeIntervalMs > 0 ? setInterval(() => { try { purgeExpired() } catch { /* next tick retries */ } }, purgeIntervalMs) : undefined
+  const timer = purgeIntervalMs > 0 ? setInterval(() => { purgeExpired().catch(() => { /* the next run retries */ }) }, purgeIntervalMs) : undefined
   timer?.unref()
-  const write = groupCommit(db)
 
   return {
-    upsert(kind, id, value, expiresInSeconds) {
-      const text = JSON.stringify(value)
-      const expiresAt = now() + expiresInSeconds * 1000
-      return write(() => { statements.upsert.run(kind, id, text, value.grantId ?? null, value.userCode ?? null, expiresAt) })
+    async upsert(kind, id, value, expiresInSeconds) {
+      await write({ op: 'upsert', row: row(kind, id, value, expiresInSeconds, now()) })
     },
     async find(kind, id) {
       const row = statements.find.get(kind, id, now())
@@ -112,28 +103,21 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
       const row = statements.findByUserCode.get(userCode, now())
       return row && parse(row)
     },
-    consume(kind, id) {
+    async consume(kind, id) {
+      return await write({ op: 'consume', kind, id, at: now() }) as boolean
+    },
+    async consumeAndWrite(kind, id, writes, requires) {
       const at = now()
-      return write(() => statements.consume.run(at, kind, id, at).changes === 1)
+      const rows = writes.map((artifact) => row(artifact.kind, artifact.id, artifact.value, artifact.expiresInSeconds, at))
+      return await write({ op: 'consumeAndWrite', kind, id, at, rows, requires }) as boolean
     },
-    consumeAndWrite(kind, id, writes, requires) {
-      const at = now()
-      const rows = writes.map((artifact) => [artifact.kind, artifact.id, JSON.stringify(artifact.value), artifact.value.grantId ?? null,
-        artifact.value.userCode ?? null, at + artifact.expiresInSeconds * 1000] as const)
-      // A transaction inside the batch's (a savepoint): the consume and the writes commit or roll back together.
-      return write(db.transaction(() => {
-        if (requires && !statements.live.get(requires.kind, requires.id, at)) return false
-        if (statements.consume.run(at, kind, id, at).changes !== 1) return false
-        for (const row of rows) statements.upsert.run(...row)
-        return true
-      }))
+    async destroy(kind, id) {
+      await write({ op: 'destroy', kind, id })
     },
-    destroy(kind, id) {
-      return write(() => { statements.destroy.run(kind, id) })
-    },
-    revokeByGrantId(grantId) {
-      // One statement, so atomic. An unreadable row is deleted too, and still reported so its id can be deny-listed.
-      return write(() => statements.revoke.all(grantId, grantId).map((row) => record(row, parse(row) ?? {})))
+    async revokeByGrantId(grantId) {
+      // An unreadable row is deleted too, and still reported so its id can be deny-listed.
+      const rows = await write({ op: 'revoke', grantId }) as Row[]
+      return rows.map((row) => record(row, parse(row) ?? {}))
     },
     async list(kind) {
       return statements.list.all(kind, now()).flatMap((row) => {
@@ -141,67 +125,16 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
         return value ? [record(row, value)] : []
       })
     },
-    async purgeExpired() {
-      return purgeExpired()
-    },
+    purgeExpired,
     async ping() {
       statements.ping.get()
     },
     async close() {
       clearInterval(timer)
-      await write.drain()
+      await committer.close()
       if (db.open) db.close()
     },
   }
-}
-
-interface PendingWrite {
-  readonly run: () => unknown
-  readonly resolve: (value: never) => void
-  readonly reject: (error: unknown) => void
-}
-
-/**
- * Group commit: the writes asked for during one turn of the event loop run in one IMMEDIATE transaction on
- * the next turn, so that concurrent requests share one fsync (synchronous = FULL) instead of paying one
- * each. A caller's promise settles only once the transaction has committed: nothing is answered before it
- * is on disk. Each write keeps its own outcome (a failing statement is undone alone, SQLite's statement
- * atomicity); a failed COMMIT fails every write of the batch. Writes run in the order they were asked for,
- * so a consume is still a compare-and-set: the first consume of an id in a batch wins.
- */
-function groupCommit(db: Database.Database): (<T>(run: () => T) => Promise<T>) & { drain(): Promise<void> } {
-  let queue: PendingWrite[] = []
-  let flushed: Promise<void> | undefined
-  const flush = () => {
-    const batch = queue
-    queue = []
-    flushed = undefined
-    const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = []
-    try {
-      db.transaction(() => {
-        for (const pending of batch) {
-          try {
-            outcomes.push({ ok: true, value: pending.run() })
-          } catch (error) {
-            outcomes.push({ ok: false, error })
-          }
-        }
-      }).immediate()
-    } catch (error) {
-      for (const pending of batch) pending.reject(error)
-      return
-    }
-    batch.forEach((pending, i) => {
-      const outcome = outcomes[i]!
-      if (outcome.ok) pending.resolve(outcome.value as never)
-      else pending.reject(outcome.error)
-    })
-  }
-  const write = <T>(run: () => T): Promise<T> => new Promise<T>((resolve, reject) => {
-    queue.push({ run, resolve: resolve as (value: never) => void, reject })
-    flushed ??= new Promise<void>((done) => setImmediate(() => { flush(); done() }))
-  })
-  return Object.assign(write, { drain: async () => { while (flushed) await flushed } })
 }
 
 /**

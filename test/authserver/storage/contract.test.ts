@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { describe, onTestFinished } from 'vitest'
 import { createMemoryAdapter } from '../../../src/authserver/storage/memory.js'
 import { createRedisAdapter } from '../../../src/authserver/storage/redis.js'
@@ -15,6 +16,15 @@ describeStorageContract('sqlite', (options) => {
   const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-store-'))
   onTestFinished(() => rmSync(dir, { recursive: true, force: true }))
   return createSqliteAdapter(path.join(dir, 'portcullis.db'), options)
+})
+
+// The build, as `portcullis start` runs it: its commits go through the writer thread (sqlite-commit.ts), which
+// the TypeScript sources above have no compiled worker for (`npm test` builds first).
+const compiled = await import(pathToFileURL(path.resolve('dist/authserver/storage/sqlite.js')).href) as typeof import('../../../src/authserver/storage/sqlite.js')
+describeStorageContract('sqlite, built, writer thread', (options) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-store-'))
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }))
+  return compiled.createSqliteAdapter(path.join(dir, 'portcullis.db'), options)
 })
 
 const REDIS_URL = process.env.REDIS_URL

@@ -58,7 +58,50 @@ function runScript(dir: string, script: string, args: string[]): Child {
   return { firstLine: Promise.race([firstLine, exited.then((r) => { throw new Error(`child exited before writing a line: ${r.stderr}`) })]), exited, kill: (signal) => child.kill(signal) }
 }
 
+/** The built adapter, whose commits run on the writer thread (the sources have no compiled worker to start). */
+async function builtAdapter(): Promise<typeof createSqliteAdapter> {
+  if (!existsSync(COMPILED) || statSync(COMPILED).mtimeMs < statSync(SOURCE).mtimeMs) {
+    throw new Error(`${COMPILED} is missing or older than ${SOURCE}: run \`npm run build\` first`)
+  }
+  return (await import(pathToFileURL(COMPILED).href) as { createSqliteAdapter: typeof createSqliteAdapter }).createSqliteAdapter
+}
+
 describe('sqlite storage adapter', () => {
+  it('commits on its writer thread: while another connection holds the write lock, the event loop goes on (timers, reads), and the write settles once the lock is gone', async () => {
+    const file = path.join(tempDir(), 'portcullis.db')
+    const store = (await builtAdapter())(file, { purgeIntervalMs: 0 })
+    onTestFinished(() => store.close())
+    await store.upsert('grant', 'before', { sub: 'a' }, 60)
+    // Another writer (another process of `server.workers`, or `portcullis keys rotate`) in the middle of a transaction.
+    const other = raw(file, false)
+    other.exec('BEGIN IMMEDIATE')
+    let settled = false
+    const write = store.upsert('grant', 'during', { sub: 'b' }, 60).then(() => { settled = true })
+    // On the event loop, the commit would wait here for the lock (busy_timeout, 5 s) and nothing below would run.
+    const ticks = await new Promise<number>((resolve) => {
+      let count = 0
+      const timer = setInterval(() => { if (++count === 5) { clearInterval(timer); resolve(count) } }, 20)
+    })
+    expect(ticks).toBe(5)
+    expect(await store.find('grant', 'before')).toStrictEqual({ sub: 'a' })
+    expect(settled).toBe(false)
+    expect(await store.find('grant', 'during')).toBeUndefined()
+    other.exec('COMMIT')
+    await write
+    expect(await store.find('grant', 'during')).toStrictEqual({ sub: 'b' })
+  })
+
+  it('refuses writes once closed, and its writer thread is gone', async () => {
+    const file = path.join(tempDir(), 'portcullis.db')
+    const store = (await builtAdapter())(file, { purgeIntervalMs: 0 })
+    await store.upsert('grant', 'g', { sub: 'a' }, 60)
+    await store.close()
+    await expect(store.upsert('grant', 'h', {}, 60)).rejects.toThrow(/closed/)
+    // The last connection closed, so the WAL was checkpointed into the file and deleted.
+    expect(existsSync(`${file}-wal`)).toBe(false)
+    expect(raw(file).prepare('SELECT id FROM artifacts').pluck().all()).toStrictEqual(['g'])
+  })
+
   it('keeps every artifact, consumed marks included, across close and reopen', async () => {
     const file = path.join(tempDir(), 'portcullis.db')
     const now = () => 1_000_000
