@@ -136,10 +136,13 @@ export class TokenService {
     return named.length === 0 ? undefined : Object.fromEntries(named.map((name) => [name, user.claims[name]]))
   }
 
-  /** The record of an access token issued moments ago (by jti, or hash for an opaque one), once. */
-  takeIssued(id: string): StoredAccessToken | undefined {
-    const record = this.justIssued.get(id)
-    this.justIssued.delete(id)
+  /**
+   * The record of an access token issued moments ago, once, by the token itself: the audit line needs no
+   * decode of what was just signed.
+   */
+  takeIssued(token: string): StoredAccessToken | undefined {
+    const record = this.justIssued.get(token)
+    this.justIssued.delete(token)
     return record
   }
 
@@ -237,7 +240,7 @@ export class TokenService {
 
   /** Keeps a minted access token's record for the token endpoint's audit line (takeIssued), once it is stored. */
   noteIssued(minted: MintedAccessToken): void {
-    this.justIssued.set(minted.write.id, minted.record)
+    this.justIssued.set(minted.token, minted.record)
   }
 
   /** A new refresh token of the grant; it lives until the refresh TTL, never past the grant. */

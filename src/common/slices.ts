@@ -3,6 +3,7 @@
  * (start-up, `portcullis check`) or a slice at a time with an event-loop turn between slices (a hot reload, while
  * requests are being served: docs/performance.md, "How the cost grows: routes").
  */
+import { performance } from 'node:perf_hooks'
 import { setImmediate } from 'node:timers'
 
 /** A computation that yields (nothing) wherever it may pause, and returns its result. */
@@ -19,11 +20,20 @@ export function runAtOnce<T>(steps: Steps<T>): T {
 /** One event-loop turn: I/O that is ready (requests in flight) is handled before the promise settles. */
 export const nextTurn = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve))
 
-/** Runs `steps`, awaiting `pause()` at each yield. */
-export async function runInSlices<T>(steps: Steps<T>, pause: () => Promise<void> = nextTurn): Promise<T> {
+/**
+ * Event-loop time a slice may take before it pauses: the latency it adds to a request that arrives meanwhile.
+ * Steps yield more often than that (every few dozen routes), and a slice goes on through yields until it is spent.
+ */
+export const SLICE_BUDGET_MS = 2
+
+/** Runs `steps`, awaiting `pause()` at the first yield past `budgetMs` of work since the last pause. */
+export async function runInSlices<T>(steps: Steps<T>, pause: () => Promise<void> = nextTurn, budgetMs = SLICE_BUDGET_MS): Promise<T> {
+  let sliceStarted = performance.now()
   for (;;) {
     const step = steps.next()
     if (step.done === true) return step.value
+    if (performance.now() - sliceStarted < budgetMs) continue
     await pause()
+    sliceStarted = performance.now()
   }
 }

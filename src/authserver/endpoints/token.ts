@@ -25,15 +25,16 @@ const DYNAMIC_CLIENT_LABEL = '(dynamic)'
 const REPEATABLE = new Set(['resource'])
 
 /**
- * The audit line of a success: the access token's record (by jti, or by hash for an opaque one) names its
+ * The audit line of a success: the access token's record (as just issued, or from the store by jti or hash) names its
  * subject and grant, so the line says who got what without the token itself.
  */
 async function auditIssued(ctx: AuthServerContext, request: FastifyRequest, grantType: string, clientId: string,
   body: TokenResponseBody): Promise<void> {
-  let record: StoredAccessToken | undefined
+  let record = ctx.tokens.takeIssued(body.access_token)
   try {
-    const id = ctx.settings.accessTokenFormat === 'jwt' ? decodeJwt(body.access_token).jti : tokenHash(body.access_token)
-    if (id !== undefined) record = ctx.tokens.takeIssued(id) ?? await ctx.store.find('access_token', id) as StoredAccessToken | undefined
+    // Not just issued (a rotation's response given again within the reuse grace): its record in the store.
+    const id = record !== undefined ? undefined : ctx.settings.accessTokenFormat === 'jwt' ? decodeJwt(body.access_token).jti : tokenHash(body.access_token)
+    if (id !== undefined) record = await ctx.store.find('access_token', id) as StoredAccessToken | undefined
   } catch (error) {
     // The tokens are issued: a lookup that fails now costs the line its details, never the client its response.
     request.log.warn({ err: error }, 'audit: the issued access token\'s record could not be read')
