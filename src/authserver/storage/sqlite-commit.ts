@@ -49,6 +49,13 @@ function settle(batch: readonly Pending[], outcomes: readonly Outcome[]): void {
 
 const closedError = () => new Error('the SQLite store is closed')
 
+/** What stopped the writer thread, as an Error: SQLite's own errors arrive from the thread as plain objects. */
+function stoppedBy(error: unknown): Error {
+  if (error instanceof Error) return error
+  const code = typeof error === 'object' && error !== null && 'code' in error ? String(error.code) : undefined
+  return Object.assign(new Error(`the SQLite writer thread stopped: ${code ?? String(error)}`), code !== undefined && { code })
+}
+
 /** The batch runs on the event loop, on the turn after the writes were asked for. */
 export function inlineCommit(db: Database.Database, run: (op: WriteOp) => unknown): Committer {
   let queue: Pending[] = []
@@ -125,7 +132,7 @@ export function threadCommit(path: string): Committer {
       }
       send()
     })
-    started.on('error', (error) => { reason = error })
+    started.on('error', (error: unknown) => { reason = stoppedBy(error) })
     started.on('exit', (code) => fail(started, reason ?? new Error(`the SQLite writer thread stopped (exit code ${code})`)))
     return started
   }

@@ -91,6 +91,21 @@ describe('sqlite storage adapter', () => {
     expect(await store.find('grant', 'during')).toStrictEqual({ sub: 'b' })
   })
 
+  it('fails the writes, and never leaves them waiting, when its writer thread cannot run; the next write starts another', async () => {
+    const committed = path.resolve('dist/authserver/storage/sqlite-commit.js')
+    await builtAdapter() // the staleness check of the build
+    const { threadCommit } = await import(pathToFileURL(committed).href) as typeof import('../../../src/authserver/storage/sqlite-commit.js')
+    // A directory where the file should be: the writer's own connection cannot open it, and the thread stops.
+    const committer = threadCommit(tempDir())
+    onTestFinished(() => committer.close())
+    const first = [committer.write({ op: 'purge', at: 0 }), committer.write({ op: 'destroy', kind: 'grant', id: 'g' })]
+    for (const result of await Promise.allSettled(first)) {
+      expect(result).toMatchObject({ status: 'rejected', reason: { message: 'the SQLite writer thread stopped: SQLITE_CANTOPEN', code: 'SQLITE_CANTOPEN' } })
+    }
+    await expect(committer.write({ op: 'purge', at: 0 })).rejects.toThrow('the SQLite writer thread stopped: SQLITE_CANTOPEN')
+    await committer.drain()
+  })
+
   it('refuses writes once closed, and its writer thread is gone', async () => {
     const file = path.join(tempDir(), 'portcullis.db')
     const store = (await builtAdapter())(file, { purgeIntervalMs: 0 })
