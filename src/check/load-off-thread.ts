@@ -2,14 +2,16 @@
  * `loadConfig` on a worker thread, for hot reloads: parsing and checking a large file (10,000 routes take most of
  * a second, docs/performance.md) must not hold the event loop, and the requests in flight with it. The worker is
  * started per load and ends with it, so the memory a large parse takes goes with it. The routes come back in
- * pieces, one taken in per event-loop turn. Run from the TypeScript sources (the test runner), where there is no
- * compiled worker next to this module, it is the same load on this thread.
+ * pieces, one taken in per event-loop turn (the young generation collected after each, common/young-collection.ts).
+ * Run from the TypeScript sources (the test runner), where there is no compiled worker next to this module, it is
+ * the same load on this thread.
  */
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { nextTurn } from '../common/slices.js'
+import { collectYoung } from '../common/young-collection.js'
 import { ConfigError, freezeConfig, loadConfig, type ConfigIssue } from './load.js'
 
 const WORKER = new URL('./load-worker.js', import.meta.url)
@@ -38,7 +40,10 @@ export function loadConfigOffThread(fileName: string, text: string, env: NodeJS.
 async function takeRoutes(config: GatewayConfig, pieces: number, routesIn: MessagePort): Promise<GatewayConfig> {
   const routes: RouteConfig[] = []
   for (let piece = 0; piece < pieces; piece++) {
-    if (piece > 0) await nextTurn()
+    if (piece > 0) {
+      collectYoung()
+      await nextTurn()
+    }
     const received = receiveMessageOnPort(routesIn)
     if (received === undefined) throw new Error('the config loader sent fewer routes than it loaded')
     for (const route of received.message as RouteConfig[]) routes.push(freezeConfig(route))
