@@ -1,12 +1,12 @@
 /**
  * The SQLite store's writer thread: a connection of its own to the file, which runs each batch of writes the
  * event loop sends in one IMMEDIATE transaction and answers with their outcomes once committed. The commit's
- * fsync (`synchronous = FULL`) and any wait for another process's lock (`busy_timeout`) happen here, not on
- * the event loop that serves requests (sqlite-commit.ts).
+ * fsync and any wait for another process's lock (configureConnection) happen here, not on the event loop that
+ * serves requests (sqlite-commit.ts).
  */
 import { parentPort, workerData } from 'node:worker_threads'
 import Database from 'better-sqlite3'
-import { asWriteError, prepareWrites, runBatch, type Outcome, type WriteOp } from './sqlite-writes.js'
+import { asWriteError, configureConnection, prepareWrites, runBatch, type Outcome, type WriteOp } from './sqlite-writes.js'
 
 export interface WriterData {
   readonly path: string
@@ -23,8 +23,7 @@ if (parentPort !== null) {
   const port = parentPort
   const { path } = workerData as WriterData
   const db = new Database(path)
-  db.pragma('synchronous = FULL')
-  db.pragma('busy_timeout = 5000')
+  configureConnection(db)
   const run = prepareWrites(db)
   port.on('message', (request: WriterRequest) => {
     if ('close' in request) {

@@ -30,6 +30,19 @@ export type WriteOp =
 export type Outcome = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: WriteError }
 export interface WriteError { readonly name: string; readonly message: string; readonly code?: string | undefined }
 
+/**
+ * The settings every connection to the file uses, the event loop's and the writer thread's. In WAL mode, NORMAL
+ * already survives kill -9 (a commit is in the OS page cache before COMMIT returns), but a power loss or kernel
+ * crash may roll back the last commits: a consumed refresh token or code would become usable again, and a newly
+ * published signing key could vanish. FULL fsyncs the WAL on every commit, so nothing committed is lost to either;
+ * the price is one fsync per commit, shared by the writes of one batch (sqlite-commit.ts). A lock another process
+ * holds is waited for up to 5 s.
+ */
+export function configureConnection(db: Database.Database): void {
+  db.pragma('synchronous = FULL')
+  db.pragma('busy_timeout = 5000')
+}
+
 /** The writes of one connection, prepared once. */
 export function prepareWrites(db: Database.Database): (op: WriteOp) => unknown {
   const upsert = db.prepare<UpsertRow, void>(

@@ -7,7 +7,7 @@ import { dirname } from 'node:path'
 import Database from 'better-sqlite3'
 import type { ArtifactKind, ArtifactRecord, FoundArtifact, StorageAdapter, StorageOptions, StoredArtifact } from './adapter.js'
 import { inlineCommit, threadCommit, writerThreadFor } from './sqlite-commit.js'
-import { prepareWrites, type Row, type UpsertRow } from './sqlite-writes.js'
+import { configureConnection, prepareWrites, type Row, type UpsertRow } from './sqlite-writes.js'
 
 /** Migration N (1-based) brings the file from `user_version` N-1 to N; append only, never edit. */
 const MIGRATIONS: readonly string[] = [
@@ -42,13 +42,7 @@ export function createSqliteAdapter(path: string, options: StorageOptions & { pu
   }
   const db = new Database(path)
   db.pragma('journal_mode = WAL')
-  // In WAL mode, NORMAL already survives kill -9 (a commit is in the OS page cache before COMMIT returns),
-  // but a power loss or kernel crash may roll back the last commits: a consumed refresh token or code
-  // would become usable again, and a newly published signing key could vanish. FULL fsyncs the WAL on
-  // every commit, so nothing committed is lost to either; the price is one fsync per commit, shared by
-  // the writes of one event-loop turn (sqlite-commit.ts). The writer thread sets the same on its connection.
-  db.pragma('synchronous = FULL')
-  db.pragma('busy_timeout = 5000')
+  configureConnection(db)
   try {
     migrate(db)
   } catch (error) {

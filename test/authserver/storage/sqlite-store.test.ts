@@ -25,6 +25,13 @@ function raw(file: string, readonly = true): Database.Database {
   return db
 }
 
+/** The compiled adapter must match the source (`npm test` builds first). */
+function assertBuilt(): void {
+  if (!existsSync(COMPILED) || statSync(COMPILED).mtimeMs < statSync(SOURCE).mtimeMs) {
+    throw new Error(`${COMPILED} is missing or older than ${SOURCE}: run \`npm run build\` first`)
+  }
+}
+
 interface Child {
   /** Resolves with the first stdout line. */
   firstLine: Promise<string>
@@ -34,10 +41,8 @@ interface Child {
 
 /** Runs an ES module with the real `node`; `{{adapter}}` in the script becomes the compiled adapter's URL. */
 function runScript(dir: string, script: string, args: string[]): Child {
-  // The child imports the compiled adapter, as production does: it must match the source.
-  if (!existsSync(COMPILED) || statSync(COMPILED).mtimeMs < statSync(SOURCE).mtimeMs) {
-    throw new Error(`${COMPILED} is missing or older than ${SOURCE}: run \`npm run build\` first`)
-  }
+  // The child imports the compiled adapter, as production does.
+  assertBuilt()
   const file = path.join(dir, `child-${Math.random().toString(36).slice(2)}.mjs`)
   writeFileSync(file, script.replaceAll('{{adapter}}', pathToFileURL(COMPILED).href))
   const child = spawn(process.execPath, [file, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
@@ -60,9 +65,7 @@ function runScript(dir: string, script: string, args: string[]): Child {
 
 /** The built adapter, whose commits run on the writer thread (the sources have no compiled worker to start). */
 async function builtAdapter(): Promise<typeof createSqliteAdapter> {
-  if (!existsSync(COMPILED) || statSync(COMPILED).mtimeMs < statSync(SOURCE).mtimeMs) {
-    throw new Error(`${COMPILED} is missing or older than ${SOURCE}: run \`npm run build\` first`)
-  }
+  assertBuilt()
   return (await import(pathToFileURL(COMPILED).href) as { createSqliteAdapter: typeof createSqliteAdapter }).createSqliteAdapter
 }
 
@@ -93,7 +96,7 @@ describe('sqlite storage adapter', () => {
 
   it('fails the writes, and never leaves them waiting, when its writer thread cannot run; the next write starts another', async () => {
     const committed = path.resolve('dist/authserver/storage/sqlite-commit.js')
-    await builtAdapter() // the staleness check of the build
+    assertBuilt()
     const { threadCommit } = await import(pathToFileURL(committed).href) as typeof import('../../../src/authserver/storage/sqlite-commit.js')
     // A directory where the file should be: the writer's own connection cannot open it, and the thread stops.
     const committer = threadCommit(tempDir())
