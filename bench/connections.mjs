@@ -5,8 +5,14 @@
 // opens that many client connections, each sending one request with keep-alive and then staying idle; reads the
 // gateway's RSS (/proc) before and after, so RSS per idle connection = the difference / connections; then sends
 // requests at a fixed rate (open loop, on 10 connections of their own) and reports their p50/p99 latency, and
-// the event-loop delay p99 the admin listener's /metrics reports (prom-client's monitorEventLoopDelay) over that
-// time. The file limit must allow the sockets: `ulimit -n` as a user must raise it (docs/deployment.md).
+// the event-loop delay p99 over that time. The file limit must allow the sockets: `ulimit -n` as a user must raise
+// it (docs/deployment.md).
+// Both are read through the process's inspector (bench/inspector.mjs), the same way for Portcullis and the floor:
+// RSS after a full collection (HeapProfiler.collectGarbage), so that the young generation's garbage, which is bounded
+// by its size (`--max-semi-space-size`) and not by the connections, is not counted per connection (the figure without
+// the collection is reported beside it); the event-loop delay from a monitorEventLoopDelay of 1 ms resolution
+// installed in the process, minus that resolution (node's histogram counts the timer's own interval: an idle
+// process reads about the resolution). The admin listener's prom-client gauge, at 10 ms resolution, is reported too.
 import { spawn } from 'node:child_process'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
@@ -18,6 +24,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs } from 'node:util'
 import { Agent, request } from 'undici'
 import { stringify } from 'yaml'
+import { attachInspector } from './inspector.mjs'
 
 const { values: opts } = parseArgs({
   options: {
@@ -29,7 +36,8 @@ const { values: opts } = parseArgs({
 const sizes = opts.sizes.split(',').map(Number)
 const RATE = Number(opts.rate)
 const SECONDS = Number(opts.seconds)
-const PORT = 20000 + Math.floor(Math.random() * 20000)
+// Below the ephemeral range (32768 and up on Linux), which the idle connections themselves use up.
+const PORT = 20000 + Math.floor(Math.random() * 10000)
 const ADMIN = PORT + 1
 
 const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-connections-'))
@@ -41,11 +49,29 @@ writeFileSync(file, stringify({
   upstreams: { echo: { url: 'builtin:echo' } },
   routes: [{ id: 'echo', path: '/**', upstream: 'echo', auth: 'none' }],
 }))
+const NODE_ARGS = ['--max-semi-space-size=64', '--inspect=127.0.0.1:0']
 const child = opts.floor
-  ? spawn(process.execPath, ['--max-semi-space-size=64', path.join(import.meta.dirname, 'servers.mjs'), 'upstream'], { stdio: ['ignore', 'pipe', 'inherit'] })
-  : spawn(process.execPath, ['--max-semi-space-size=64', path.join(import.meta.dirname, '..', 'dist/cli.js'), 'start', '--config', file],
-    { stdio: ['ignore', 'ignore', 'inherit'] })
+  ? spawn(process.execPath, [...NODE_ARGS, path.join(import.meta.dirname, 'servers.mjs'), 'upstream'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  : spawn(process.execPath, [...NODE_ARGS, path.join(import.meta.dirname, '..', 'dist/cli.js'), 'start', '--config', file],
+    { stdio: ['ignore', 'ignore', 'pipe'] })
+const inspector = await attachInspector(child)
 const rssKb = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))[1])
+/** RSS after a full collection (twice: the first can leave what finalizers freed). */
+async function collectedRssKb() {
+  await inspector.collectGarbage()
+  await inspector.collectGarbage()
+  await sleep(200)
+  return rssKb()
+}
+/** The process's V8 heap in use and its memory outside the heap that V8 knows of (buffers), in bytes. */
+const heapOf = () => inspector.evaluate('(() => { const m = process.memoryUsage(); return { heap: m.heapUsed, external: m.external } })()')
+const LOOP_RESOLUTION_MS = 1
+await inspector.evaluate(`globalThis.benchLoopDelay = require('node:perf_hooks').monitorEventLoopDelay({ resolution: ${LOOP_RESOLUTION_MS} }); benchLoopDelay.enable(); true`)
+/** The event-loop delay's p99 since the last call, in ms, the timer's own interval taken off. */
+async function loopDelayP99() {
+  const nanoseconds = await inspector.evaluate('(() => { const p = benchLoopDelay.percentile(99); benchLoopDelay.reset(); return p })()')
+  return Math.max(0, nanoseconds / 1e6 - LOOP_RESOLUTION_MS)
+}
 const port = opts.floor ? await new Promise((resolve) => child.stdout.once('data', (chunk) => resolve(JSON.parse(String(chunk)).port))) : PORT
 const base = `http://127.0.0.1:${port}`
 for (let tries = 0; ; tries++) {
@@ -110,25 +136,37 @@ for (const size of sizes) {
   for (const socket of open) socket.destroy()
   open = []
   await sleep(500)
-  const before = rssKb()
+  const before = await collectedRssKb()
+  const heapBefore = await heapOf()
   for (let i = 0; i < size; i += 200) {
     open.push(...await Promise.all(Array.from({ length: Math.min(200, size - i) }, idleConnection)))
   }
   await sleep(1000)
-  const after = rssKb()
+  const uncollected = rssKb()
+  const after = await collectedRssKb()
+  const heapAfter = await heapOf()
   await eventLoopP99()
+  await loopDelayP99()
   const latency = await fixedRate()
-  const loopP99 = await eventLoopP99()
-  const row = { connections: size, rssBeforeKb: before, rssAfterKb: after, bytesPerIdleConnection: Math.round(((after - before) * 1024) / size), ...latency, eventLoopP99Ms: loopP99 }
+  const loopP99 = await loopDelayP99()
+  const promP99 = await eventLoopP99()
+  const row = {
+    connections: size, rssBeforeKb: before, rssAfterKb: after, rssUncollectedKb: uncollected,
+    bytesPerIdleConnection: Math.round(((after - before) * 1024) / size), bytesUncollected: Math.round(((uncollected - before) * 1024) / size),
+    heapPerConnection: Math.round((heapAfter.heap - heapBefore.heap) / size), externalPerConnection: Math.round((heapAfter.external - heapBefore.external) / size),
+    ...latency, eventLoopDelayP99Ms: Number(loopP99.toFixed(2)), promClientLagP99Ms: promP99,
+  }
   rows.push(row)
   console.log(JSON.stringify(row))
 }
 for (const socket of open) socket.destroy()
+inspector.close()
 child.kill('SIGTERM')
 const base10 = rows[0]
-console.log('\n| idle connections | RSS per idle connection | latency p50 / p99 (ms) | p99 ratio | event-loop delay p99 (ms) |')
-console.log('|---|---|---|---|---|')
+console.log('\n| idle connections | RSS per idle connection, collected (not collected) | of it V8 heap | latency p50 / p99 (ms) | p99 ratio | event-loop delay p99 (ms) |')
+console.log('|---|---|---|---|---|---|')
 for (const row of rows) {
-  console.log(`| ${row.connections.toLocaleString('en')} | ${(row.bytesPerIdleConnection / 1024).toFixed(1)} KB | ${row.p50} / ${row.p99} | ${(row.p99 / base10.p99).toFixed(2)}× | ${row.eventLoopP99Ms?.toFixed(1)} |`)
+  const kb = (bytes) => `${(bytes / 1024).toFixed(1)} KB`
+  console.log(`| ${row.connections.toLocaleString('en')} | ${kb(row.bytesPerIdleConnection)} (${kb(row.bytesUncollected)}) | ${kb(row.heapPerConnection)} | ${row.p50} / ${row.p99} | ${(row.p99 / base10.p99).toFixed(2)}× | ${row.eventLoopDelayP99Ms} |`)
 }
 process.exit(0)
