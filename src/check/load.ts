@@ -7,9 +7,9 @@ import { schemaIssue, withoutUnionNoise } from './schema-issues.js'
 import type { Problem } from '../common/problem.js'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
-import { Ajv } from 'ajv'
 import { LineCounter, parseDocument, isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml'
-import { GatewayConfigSchema, type AuthorizationServerConfig, type GatewayConfig } from '../config/schema.js'
+import type { AuthorizationServerConfig, GatewayConfig } from '../config/schema.js'
+import { configValidator } from './config-validator.js'
 import { lintConfig } from './lint.js'
 
 export type ConfigPath = ReadonlyArray<string | number>
@@ -41,10 +41,7 @@ export function formatPath(configPath: ConfigPath): string {
   return out
 }
 
-// `verbose` gives each error its `parentSchema`, where the schema's `x-message` lives.
-const ajv = new Ajv({ allErrors: true, verbose: true, strict: false, allowUnionTypes: true })
-ajv.addKeyword({ keyword: 'x-message', schemaType: 'string' })
-const validateSchema = ajv.compile<GatewayConfig>(GatewayConfigSchema)
+const validateSchema = configValidator()
 
 /** Finds where a dotted path sits in the YAML document (the key itself with `atKey`). */
 export type Locate = (configPath: ConfigPath, atKey?: boolean) => { line: number; col: number }

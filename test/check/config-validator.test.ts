@@ -1,0 +1,77 @@
+/**
+ * The config schema's validator written by the build (scripts/config-validator.mjs): the built loader takes it
+ * instead of compiling the schema, it judges every config as the compiled one does, and a written validator of
+ * another schema is never taken.
+ */
+import { cpSync, existsSync, mkdtempSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { pathToFileURL } from 'node:url'
+import { describe, expect, it } from 'vitest'
+import { parse } from 'yaml'
+import type * as Validator from '../../src/check/config-validator.js'
+import type * as Schema from '../../src/config/schema.js'
+
+const DIST = path.resolve('dist')
+const WRITTEN = path.join(DIST, 'check', 'config-validator.cjs')
+
+/** The build's modules, as production loads them; a missing or stale build fails the test (run `npm run build`). */
+async function built(root = DIST): Promise<{ validator: typeof Validator; schema: typeof Schema }> {
+  for (const source of ['src/config/schema.ts', 'src/check/config-validator.ts']) {
+    if (root === DIST && (!existsSync(WRITTEN) || statSync(WRITTEN).mtimeMs < statSync(source).mtimeMs)) {
+      throw new Error(`${WRITTEN} is missing or older than ${source}: run \`npm run build\` first`)
+    }
+  }
+  const validator = await import(pathToFileURL(path.join(root, 'check', 'config-validator.js')).href) as typeof Validator
+  const schema = await import(pathToFileURL(path.join(root, 'config', 'schema.js')).href) as typeof Schema
+  return { validator, schema }
+}
+
+const BAD: unknown[] = [
+  {},
+  { routes: 'all of them' },
+  { upstreams: { api: { url: 5 } }, routes: [{ id: 1, path: 3, upstream: 'api', scopes: 'read' }], unknown_key: true },
+  { server: { listen: 8080, admission: { max_in_flight: -1 } }, upstreams: {}, routes: [] },
+  { upstreams: { api: { url: 'http://127.0.0.1:1' } }, routes: [{ id: 'a', path: '/a', upstream: 'api', auth: 'sometimes' }] },
+]
+
+describe('the written config validator', () => {
+  it('is what the built loader takes, made from this schema, and judges every config as the compiled validator does, error for error', async () => {
+    const { validator, schema } = await built()
+    const written = validator.configValidator() as ReturnType<typeof validator.configValidator> & { fingerprint?: string }
+    expect(written.fingerprint).toBe(validator.schemaFingerprint())
+    const compiled = validator.configAjv().compile(schema.GatewayConfigSchema)
+    const shipped = parse(readFileSync('config/portcullis.yaml', 'utf8')) as unknown
+    expect(written(shipped)).toBe(true)
+    expect(compiled(shipped)).toBe(true)
+    for (const config of BAD) {
+      expect(written(config)).toBe(false)
+      expect(compiled(config)).toBe(false)
+      // verbose: each error carries its schema and parentSchema (the x-message), compared in full but for TypeBox's
+      // symbol keys, which the written schema has not and nothing reads (schema-issues.ts reads string keys)
+      expect(JSON.parse(JSON.stringify(written.errors))).toEqual(JSON.parse(JSON.stringify(compiled.errors)))
+      expect(written.errors!.length).toBeGreaterThan(0)
+    }
+  })
+
+  it('is never taken when it was made from another schema: the loader compiles this one instead', async () => {
+    // A copy of the build whose written validator accepts anything: taken only with this schema's fingerprint.
+    const root = mkdtempSync(path.join(tmpdir(), 'portcullis-validator-'))
+    symlinkSync(path.resolve('node_modules'), path.join(root, 'node_modules'))
+    cpSync(DIST, path.join(root, 'dist'), { recursive: true, filter: (file) => !file.endsWith('.map') })
+    const { validator: original } = await built()
+    const acceptsAll = (fingerprint: string) =>
+      `module.exports = function validate() { return true }\nmodule.exports.fingerprint = ${JSON.stringify(fingerprint)}\n`
+
+    writeFileSync(path.join(root, 'dist', 'check', 'config-validator.cjs'), acceptsAll('0'.repeat(64)))
+    const { validator: stale } = await built(path.join(root, 'dist'))
+    expect(stale.configValidator()({ routes: 'all of them' })).toBe(false)
+
+    // The same copy with this schema's fingerprint is taken (so the test above can fail): a fresh module instance.
+    const again = path.join(root, 'again')
+    cpSync(path.join(root, 'dist'), again, { recursive: true })
+    writeFileSync(path.join(again, 'check', 'config-validator.cjs'), acceptsAll(original.schemaFingerprint()))
+    const { validator: matching } = await built(again)
+    expect(matching.configValidator()({ routes: 'all of them' })).toBe(true)
+  })
+})
