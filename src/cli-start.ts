@@ -2,24 +2,29 @@
  * `portcullis start`: serve the gateway until SIGTERM or SIGINT, reload on SIGHUP. With `server.workers` above 1,
  * this process becomes the primary of the workers (node:cluster); each worker runs this same command.
  */
-import { ConfigError, loadConfigFile } from './check/load.js'
+import { ConfigError, loadConfig, readConfigFile } from './check/load.js'
+import type { LoadedConfig } from './server/run.js'
 import { oneLine } from './cli-io.js'
 
 /**
  * `server.workers` above 1: this process becomes the primary, which forks the workers (each runs
  * this same command) and supervises them. Resolves to -1 (keep running) once they all listen.
  */
-async function startPrimary(configFile: string): Promise<number | undefined> {
-  let config
+async function startPrimary(configFile: string): Promise<number | LoadedConfig> {
+  let loaded: LoadedConfig
   try {
-    config = loadConfigFile(configFile, process.env)
+    const text = readConfigFile(configFile)
+    // This process serves it when there is one worker: its event loop compiles the validator (LoadOptions).
+    loaded = { text, config: loadConfig(configFile, text, process.env, { writtenValidator: false }) }
   } catch (error) {
     console.error(error instanceof ConfigError ? error.message : `start: ${oneLine(error)}`)
     return 1
   }
+  const { config } = loaded
   const { runPrimary, workerCount } = await import('./server/cluster.js')
   const count = workerCount(config)
-  if (count <= 1) return undefined
+  // One process: it serves what was just loaded, not the file loaded a second time.
+  if (count <= 1) return loaded
   let primary
   try {
     primary = await runPrimary(config, count)
@@ -38,16 +43,18 @@ async function startPrimary(configFile: string): Promise<number | undefined> {
 /** Serves until SIGTERM or SIGINT; resolves to -1 (keep running) once listening. */
 export async function start(configFile: string): Promise<number> {
   const cluster = (await import('node:cluster')).default
+  let loaded: LoadedConfig | undefined
   if (cluster.isPrimary) {
-    const code = await startPrimary(configFile)
-    if (code !== undefined) return code
+    const started = await startPrimary(configFile)
+    if (typeof started === 'number') return started
+    loaded = started
   }
   // Imported here so `check` and `hash-secret` do not load fastify, undici and jose.
   let running
   try {
     running = cluster.isWorker
       ? await (await import('./server/cluster-worker.js')).runWorker(configFile)
-      : await (await import('./server/run.js')).runPortcullis(configFile)
+      : await (await import('./server/run.js')).runPortcullis(configFile, { loaded })
   } catch (error) {
     console.error(error instanceof ConfigError ? error.message : `start: ${oneLine(error)}`)
     // A listener opened before the failure (the public one, when the admin port is taken) would keep us alive.

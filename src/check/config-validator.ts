@@ -34,14 +34,18 @@ export function schemaFingerprint(): string {
 
 type Precompiled = ValidateFunction<GatewayConfig> & { fingerprint?: unknown }
 
-/** The written validator when there is one for this very schema, else a compiled one. */
-export function configValidator(): ValidateFunction<GatewayConfig> {
+/** The written validator when there is one for this very schema (and `written` allows it), else a compiled one. */
+export function configValidator(written = true): ValidateFunction<GatewayConfig> {
+  const taken = written ? writtenValidator() : undefined
+  return taken ?? configAjv().compile<GatewayConfig>(GatewayConfigSchema)
+}
+
+function writtenValidator(): ValidateFunction<GatewayConfig> | undefined {
   let written: Precompiled | undefined
   try {
     written = requireHere(PRECOMPILED_FILE) as Precompiled
   } catch {
-    written = undefined
+    return undefined
   }
-  if (typeof written === 'function' && written.fingerprint === schemaFingerprint()) return written
-  return configAjv().compile<GatewayConfig>(GatewayConfigSchema)
+  return typeof written === 'function' && written.fingerprint === schemaFingerprint() ? written : undefined
 }

@@ -41,7 +41,24 @@ export function formatPath(configPath: ConfigPath): string {
   return out
 }
 
-const validateSchema = configValidator()
+/** Each made on first use: the written one ({@link LoadOptions.writtenValidator}), or compiled. */
+const validators = new Map<boolean, ReturnType<typeof configValidator>>()
+function schemaValidator(written: boolean): ReturnType<typeof configValidator> {
+  let validator = validators.get(written)
+  if (validator === undefined) validators.set(written, validator = configValidator(written))
+  return validator
+}
+
+export interface LoadOptions {
+  /**
+   * Whether the schema's validator may be the one the build wrote (config-validator.ts), as the loader thread of a
+   * reload and `portcullis check` take it; `false` compiles it. A serving process's event loop compiles its own:
+   * measured (bench/reload.mjs --pin, 10,000 routes), with the written one on the event loop the requests sent during
+   * reloads waited over 10 ms 90–132 times in three reloads, against 15–80 with the compiled one, through longer
+   * young-generation collections on the event loop; why was not found (docs/performance.md, routes).
+   */
+  readonly writtenValidator?: boolean
+}
 
 /** Finds where a dotted path sits in the YAML document (the key itself with `atKey`). */
 export type Locate = (configPath: ConfigPath, atKey?: boolean) => { line: number; col: number }
@@ -70,15 +87,18 @@ function makeLocator(doc: Document, lineCounter: LineCounter): Locate {
   }
 }
 
-/** Reads and loads a config file; relative paths in it resolve against its directory. */
-export function loadConfigFile(fileName: string, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
-  let text: string
+/** A config file's text; a file that cannot be read is a ConfigError. */
+export function readConfigFile(fileName: string): string {
   try {
-    text = readFileSync(fileName, 'utf8')
+    return readFileSync(fileName, 'utf8')
   } catch (error) {
     throw new ConfigError(fileName, [{ line: 1, col: 1, path: '', message: `cannot read the file: ${(error as Error).message}` }])
   }
-  return loadConfig(fileName, text, env)
+}
+
+/** Reads and loads a config file; relative paths in it resolve against its directory. */
+export function loadConfigFile(fileName: string, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+  return loadConfig(fileName, readConfigFile(fileName), env)
 }
 
 /** The dotted path of the key or value at `offset` (where a YAML error points). */
@@ -104,7 +124,7 @@ function pathAtOffset(node: unknown, offset: number, at: (string | number)[] = [
  * Parses, substitutes `${VAR}`, validates against the schema, then checks what a schema cannot
  * (references, route overlaps, pattern syntax). Throws one ConfigError holding every problem.
  */
-export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEnv = process.env): GatewayConfig {
+export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): GatewayConfig {
   const lineCounter = new LineCounter()
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
   if (doc.errors.length > 0) {
@@ -130,6 +150,7 @@ export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEn
     unset.some((at) => key === at || key.startsWith(`${at}.`) || key.startsWith(`${at}[`))
   const fail = (issues: ConfigIssue[]) => new ConfigError(fileName, sortIssues([...envIssues, ...issues]))
 
+  const validateSchema = schemaValidator(options.writtenValidator ?? true)
   if (!validateSchema(value)) {
     // An unknown key is wrong whatever its value; any other error under an unset variable is its echo.
     const all = validateSchema.errors ?? []

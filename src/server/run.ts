@@ -47,6 +47,14 @@ export interface RunOptions extends GatewayOptions {
   watch?: boolean
   /** A worker under `server.workers`: the primary serves the admin listener for all of them. */
   worker?: boolean
+  /** The file as `portcullis start` already read and loaded it (cli-start.ts): served without loading it again. */
+  loaded?: LoadedConfig | undefined
+}
+
+/** A config file's text and the config it loaded to. */
+export interface LoadedConfig {
+  readonly text: string
+  readonly config: GatewayConfig
 }
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
@@ -140,8 +148,9 @@ function trackConnections(server: Server) {
 /** Loads `file`, builds and starts everything; throws ConfigError for a bad file. */
 export async function runPortcullis(file: string, options: RunOptions = {}): Promise<RunningPortcullis> {
   const env = options.env ?? process.env
-  let text = readFileSync(file, 'utf8')
-  let config = loadConfig(file, text, env)
+  let text = options.loaded?.text ?? readFileSync(file, 'utf8')
+  // The event loop compiles its validator rather than taking the written one (LoadOptions.writtenValidator).
+  let config = options.loaded?.config ?? loadConfig(file, text, env, { writtenValidator: false })
   const gateway = await buildGateway(config, options)
   const log = gateway.log.child({ component: 'lifecycle' })
   const listeners = [trackConnections(gateway.server)]
