@@ -43,7 +43,7 @@ const started = new Date()
 const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc')
 const run = spawnSync(process.execPath, [tsc, '-p', path.join(root, 'tsconfig.build.json')], { cwd: root, stdio: 'inherit' })
 if (run.status !== 0) process.exit(run.status ?? 1)
-// The config schema's validator as code, so that a start does not compile it (src/check/config-validator.ts).
+// The config schema's validator as code, so that a reload's loader does not compile it (src/check/config-validator.ts).
 const validator = spawnSync(process.execPath, [path.join(root, 'scripts', 'config-validator.mjs'), root], { cwd: root, stdio: 'inherit' })
 if (validator.status !== 0) process.exit(validator.status ?? 1)
 writeFileSync(stamp, `${started.toISOString()}\n`)

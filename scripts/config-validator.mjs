@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Writes the config schema's validator as code (ajv's standalone code), so that a start, `portcullis check` and a
-// reload's loader thread load it instead of compiling the schema (src/check/config-validator.ts). Run by
+// Writes the config schema's validator as code (ajv's standalone code), so that `portcullis check` and a reload's
+// loader thread load it instead of compiling the schema (src/check/config-validator.ts). Run by
 // scripts/build-if-stale.mjs after the compile, from the compiled dist/; the file carries the fingerprint of the
 // schema it was made from, and a validator whose fingerprint is not the schema's is never used.
 //

@@ -1,7 +1,8 @@
 /**
  * The config schema's validator (ajv). Compiling the schema takes about a third of a second (ajv generates and
- * evaluates some 900 KB of code), paid at every start, every `portcullis check` and every hot reload's loader thread
- * (docs/performance.md, routes). The build writes that code once (scripts/config-validator.mjs, ajv's standalone
+ * evaluates some 900 KB of code), paid by every `portcullis check` and every hot reload's loader thread (a serving
+ * event loop compiles its own: LoadOptions.writtenValidator in load.ts; docs/performance.md, routes). The build
+ * writes that code once (scripts/config-validator.mjs, ajv's standalone
  * code, beside this module as config-validator.cjs, with the fingerprint of the schema it was made from);
  * {@link configValidator} takes it when its fingerprint is the schema's, and compiles otherwise (run from the
  * TypeScript sources, or a build whose schema changed without the step: never a validator of another schema).

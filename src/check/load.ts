@@ -54,7 +54,7 @@ export interface LoadOptions {
    * Whether the schema's validator may be the one the build wrote (config-validator.ts), as the loader thread of a
    * reload and `portcullis check` take it; `false` compiles it. A serving process's event loop compiles its own:
    * measured (bench/reload.mjs --pin, 10,000 routes), with the written one on the event loop the requests sent during
-   * reloads waited over 10 ms 90–132 times in three reloads, against 15–80 with the compiled one, through longer
+   * three reloads waited over 10 ms a median 90 times, against 52 with the compiled one, through longer
    * young-generation collections on the event loop; why was not found (docs/performance.md, routes).
    */
   readonly writtenValidator?: boolean
