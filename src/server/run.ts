@@ -234,6 +234,9 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
       debounce = setTimeout(() => { void reload('watch') }, WATCH_DEBOUNCE_MS)
     })
     watcher.on('error', (error) => log.warn({ err: error }, 'config file watch failed; reload with SIGHUP'))
+    // A change saved after the file was read (`portcullis start` reads it before loading the server's modules and
+    // building the gateway) and before this watch: read once more, a no-op when it is the same text.
+    void reload('watch')
   }
 
   let stopping: Promise<void> | undefined

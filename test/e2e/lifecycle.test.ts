@@ -16,6 +16,7 @@ import { Writable } from 'node:stream'
 import { describe, expect, it, type TestContext } from 'vitest'
 import { stringify } from 'yaml'
 import { runPortcullis, type RunningPortcullis } from '../../src/server/run.js'
+import { loadConfig } from '../../src/check/load.js'
 import { CLI } from '../support/cli.js'
 import { startTestIssuer, type TestIssuer } from '../support/issuer.js'
 import { closedPort, startRecordingUpstream, type RecordingUpstream } from '../support/upstream.js'
@@ -147,6 +148,25 @@ describe('hot reload', () => {
     const scrape = await (await fetch(`${s.adminUrl}/metrics`)).text()
     expect(metricValue(scrape, 'portcullis_config_reloads_total', 'result="success"')).toBe(1)
     expect(s.logs.some((line) => line.includes('"msg":"config reloaded"'))).toBe(true)
+  })
+
+  it('a change saved after `start` read the file and before its watch began is served: the file is read again once the watch is on', async (context) => {
+    const { upstream, issuer } = await fixtures(context)
+    const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-life-'))
+    const file = path.join(dir, 'portcullis.yaml')
+    // What `portcullis start` read and loaded (RunOptions.loaded), and the file as it is by the time the watch begins.
+    const read = stringify(config(upstream, issuer, 'orders:read'))
+    writeFileSync(file, stringify(config(upstream, issuer, 'orders:admin')))
+    const { lines: logs, stream: logStream } = lineCollector()
+    const running = await runPortcullis(file, {
+      port: 0, adminPort: 0, logStream, auditStream: discard(), loaded: { text: read, config: loadConfig(file, read, {}) },
+    })
+    context.onTestFinished(() => running.shutdown('test'))
+    const url = `http://127.0.0.1:${(running.gateway.server.address() as AddressInfo).port}`
+    const token = await issuer.sign({ scope: 'orders:read' })
+    await waitFor(() => logs.some((line) => line.includes('"msg":"config reloaded"')))
+    expect((await get(`${url}/orders/1`, token)).status).toBe(403)
+    expect(upstream.requests).toHaveLength(0)
   })
 
   it('a broken file keeps the old rules and the process, logs every error with file:line:col, and counts a failure', async (context) => {
