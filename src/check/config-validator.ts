@@ -35,10 +35,16 @@ export function schemaFingerprint(): string {
 
 type Precompiled = ValidateFunction<GatewayConfig> & { fingerprint?: unknown }
 
-/** The written validator when there is one for this very schema (and `written` allows it), else a compiled one. */
+/** This thread's compiled validator: compiled once, whichever way it was asked for. */
+let compiled: ValidateFunction<GatewayConfig> | undefined
+
+/**
+ * The written validator when there is one for this very schema (and `written` allows it), else the compiled one
+ * (the same for both ways of asking: a thread without a written validator never compiles the schema twice).
+ */
 export function configValidator(written = true): ValidateFunction<GatewayConfig> {
   const taken = written ? writtenValidator() : undefined
-  return taken ?? configAjv().compile<GatewayConfig>(GatewayConfigSchema)
+  return taken ?? (compiled ??= configAjv().compile<GatewayConfig>(GatewayConfigSchema))
 }
 
 function writtenValidator(): ValidateFunction<GatewayConfig> | undefined {

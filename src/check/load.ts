@@ -41,13 +41,9 @@ export function formatPath(configPath: ConfigPath): string {
   return out
 }
 
-/** Each made on first use: the written one ({@link LoadOptions.writtenValidator}), or compiled. */
-const validators = new Map<boolean, ReturnType<typeof configValidator>>()
-function schemaValidator(written: boolean): ReturnType<typeof configValidator> {
-  let validator = validators.get(written)
-  if (validator === undefined) validators.set(written, validator = configValidator(written))
-  return validator
-}
+/** The validator {@link LoadOptions.writtenValidator} asks for, made on first use (the compiled one is kept by config-validator.ts). */
+let taken: ReturnType<typeof configValidator> | undefined
+const schemaValidator = (written: boolean) => (written ? (taken ??= configValidator()) : configValidator(false))
 
 export interface LoadOptions {
   /**
