@@ -7,39 +7,13 @@ import { schemaIssue, withoutUnionNoise } from './schema-issues.js'
 import type { Problem } from '../common/problem.js'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
-import { LineCounter, parseDocument, isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml'
 import type { AuthorizationServerConfig, GatewayConfig } from '../config/schema.js'
 import { configValidator } from './config-validator.js'
 import { lintConfig } from './lint.js'
+import { ConfigError, formatPath, sortIssues, type ConfigIssue, type ConfigPath } from './config-error.js'
+import { readYaml } from './yaml-source.js'
 
-export type ConfigPath = ReadonlyArray<string | number>
-
-export interface ConfigIssue {
-  line: number
-  col: number
-  path: string
-  message: string
-}
-
-/** Every problem found in one config file; `toString()` is what `portcullis check` prints. */
-export class ConfigError extends Error {
-  constructor(readonly fileName: string, readonly issues: ConfigIssue[]) {
-    super(issues.map((issue) => formatIssue(fileName, issue)).join('\n'))
-    this.name = 'ConfigError'
-  }
-}
-
-export function formatIssue(fileName: string, issue: ConfigIssue): string {
-  const key = issue.path === '' ? '' : `${issue.path}: `
-  return `${fileName}:${issue.line}:${issue.col}  ${key}${issue.message}`
-}
-
-/** `['routes', 2, 'scopes']` → `routes[2].scopes` */
-export function formatPath(configPath: ConfigPath): string {
-  let out = ''
-  for (const part of configPath) out += typeof part === 'number' ? `[${part}]` : out === '' ? part : `.${part}`
-  return out
-}
+export { ConfigError, formatIssue, formatPath, type ConfigIssue, type ConfigPath } from './config-error.js'
 
 /** The validator {@link LoadOptions.writtenValidator} asks for, made on first use (the compiled one is kept by config-validator.ts). */
 let taken: ReturnType<typeof configValidator> | undefined
@@ -56,33 +30,6 @@ export interface LoadOptions {
   readonly writtenValidator?: boolean
 }
 
-/** Finds where a dotted path sits in the YAML document (the key itself with `atKey`). */
-export type Locate = (configPath: ConfigPath, atKey?: boolean) => { line: number; col: number }
-
-function makeLocator(doc: Document, lineCounter: LineCounter): Locate {
-  return (configPath, atKey = false) => {
-    let offset = 0
-    // Walk down as far as the path exists, so a missing key points at its parent.
-    for (let depth = configPath.length; depth >= 0; depth--) {
-      const prefix = configPath.slice(0, depth)
-      if (atKey && depth === configPath.length && depth > 0) {
-        const parent = prefix.length > 1 ? doc.getIn(prefix.slice(0, -1), true) : doc.contents
-        if (isMap(parent)) {
-          const pair = parent.items.find((item) => isPair(item) && isScalar(item.key) && item.key.value === prefix.at(-1))
-          const range = pair && isScalar(pair.key) ? pair.key.range : undefined
-          if (range) { offset = range[0]; break }
-        }
-        continue
-      }
-      const node = depth === 0 ? doc.contents : doc.getIn(prefix, true)
-      const range = (node as { range?: [number, number, number] } | null | undefined)?.range
-      if (range) { offset = range[0]; break }
-    }
-    const { line, col } = lineCounter.linePos(offset)
-    return { line, col }
-  }
-}
-
 /** A config file's text; a file that cannot be read is a ConfigError. */
 export function readConfigFile(fileName: string): string {
   try {
@@ -97,46 +44,16 @@ export function loadConfigFile(fileName: string, env: NodeJS.ProcessEnv = proces
   return loadConfig(fileName, readConfigFile(fileName), env)
 }
 
-/** The dotted path of the key or value at `offset` (where a YAML error points). */
-function pathAtOffset(node: unknown, offset: number, at: (string | number)[] = []): (string | number)[] {
-  const inside = (n: unknown) => {
-    const range = (n as Node | null | undefined)?.range
-    return range !== undefined && range !== null && range[0] <= offset && offset < Math.max(range[1], range[0] + 1)
-  }
-  if (isMap(node)) {
-    for (const pair of node.items) {
-      const key = isScalar(pair.key) ? pair.key.value : undefined
-      if (typeof key !== 'string' && typeof key !== 'number') continue
-      if (inside(pair.key)) return [...at, String(key)]
-      if (inside(pair.value)) return pathAtOffset(pair.value, offset, [...at, String(key)])
-    }
-  } else if (isSeq(node)) {
-    for (const [index, item] of node.items.entries()) if (inside(item)) return pathAtOffset(item, offset, [...at, index])
-  }
-  return at
-}
-
 /**
  * Parses, substitutes `${VAR}`, validates against the schema, then checks what a schema cannot
  * (references, route overlaps, pattern syntax). Throws one ConfigError holding every problem.
  */
 export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): GatewayConfig {
-  const lineCounter = new LineCounter()
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
-  if (doc.errors.length > 0) {
-    throw new ConfigError(fileName, sortIssues(doc.errors.map((error) => {
-      const { line, col } = lineCounter.linePos(error.pos[0])
-      const message = error.message.split('\n')[0] ?? 'YAML syntax error'
-      // A duplicate key is named exactly; for other syntax errors the key at the position may not be the culprit.
-      const at = error.code === 'DUPLICATE_KEY' ? formatPath(pathAtOffset(doc.contents, error.pos[0])) : ''
-      return { line, col, path: at, message }
-    })))
-  }
-  const locate = makeLocator(doc, lineCounter)
+  const source = readYaml(fileName, text)
   const issue = (configPath: ConfigPath, message: string, atKey = false): ConfigIssue =>
-    ({ ...locate(configPath, atKey), path: formatPath(configPath), message })
+    ({ ...source.locate(configPath, atKey), path: formatPath(configPath), message })
 
-  const raw: unknown = doc.toJS({ maxAliasCount: 100 }) ?? {}
+  const raw: unknown = source.value ?? {}
   // A missing variable becomes '' so the rest of the file is still checked; what that '' then breaks
   // at the same key is not reported twice.
   const envIssues: ConfigIssue[] = []
@@ -178,10 +95,6 @@ function lintProblems(config: GatewayConfig, baseDir: string): Problem[] {
   }
 }
 
-/** File order, so `portcullis check` reads top to bottom. */
-function sortIssues(issues: ConfigIssue[]): ConfigIssue[] {
-  return issues.sort((a, b) => a.line - b.line || a.col - b.col)
-}
 
 
 // `$${` (an escaped `${`), a `${NAME}` reference, or a `${` that is neither.

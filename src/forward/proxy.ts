@@ -13,6 +13,7 @@ import { isHttp2Response, responseGone } from '../common/http2.js'
 import { leaveWaiting, type HoldsPlace } from '../common/waiting.js'
 import { relayTrailers, setHeaders, withHeaders } from './relay-fields.js'
 import { responseHeaderList } from './response-headers.js'
+import { poolSize, STREAMS_PER_CONNECTION } from './pool-size.js'
 import type { HeaderList } from './upstream-headers.js'
 import type { CorsAnswer } from '../cors/policy.js'
 import { withCorsHeaders } from '../cors/response.js'
@@ -38,18 +39,6 @@ export interface Upstream {
   streaming: number
   /** At most this many streamed bodies at once: slow uploads can never hold every connection. */
   readonly maxStreaming: number
-}
-
-/** Requests at once on one HTTP/2 connection to an upstream (undici's default for a node HTTP/2 server's 100). */
-const STREAMS_PER_CONNECTION = 100
-
-/**
- * `upstreams.<name>.connections` (times the streams of each, with HTTP/2), and the half of them request bodies that
- * stream from clients may hold at once.
- */
-export function poolSize(config: UpstreamConfig): { connections: number; maxStreaming: number } {
-  const connections = (config.connections ?? 128) * (config.http2 === true ? STREAMS_PER_CONNECTION : 1)
-  return { connections, maxStreaming: Math.max(1, Math.floor(connections / 2)) }
 }
 
 export function createUpstream(name: string, config: UpstreamConfig): Upstream {

@@ -112,9 +112,6 @@ function streamCall(req: IncomingMessage, limit: number): BodyMeter {
   return req.pipe(meter)
 }
 
-/** `server.body_streams_per_address` by default. */
-export const DEFAULT_STREAMS_PER_ADDRESS = 4
-
 /** Bodies streaming to an upstream now, by client address (clientAddress: an IPv6 /64 is one). */
 const streamingFrom = new InFlightByKey()
 
