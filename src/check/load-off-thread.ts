@@ -1,10 +1,12 @@
 /**
  * `loadConfig` on a worker thread, for hot reloads: parsing and checking a large file (10,000 routes take most of
- * a second, docs/performance.md) must not hold the event loop, and the requests in flight with it. The worker is
- * started per load and ends with it, so the memory a large parse takes goes with it. The routes come back in
- * pieces, one taken in per event-loop turn (the young generation collected after each, common/young-collection.ts).
- * Run from the TypeScript sources (the test runner), where there is no compiled worker next to this module, it is
- * the same load on this thread.
+ * a second, docs/performance.md) must not hold the event loop, and the requests in flight with it. A thread does
+ * one load and is ended with it, so the memory a large parse takes goes with it. With a large route table the
+ * thread of the next load is started ahead ({@link ConfigLoader.keepAhead}): it waits with its modules loaded, and
+ * a reload does not wait for that (a quarter to half a second). The routes come back in pieces, one taken in per
+ * event-loop turn (the young generation collected after each, common/young-collection.ts). Run from the TypeScript
+ * sources (the test runner), where there is no compiled worker next to this module, it is the same load on this
+ * thread.
  */
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
@@ -16,13 +18,72 @@ import { ConfigError, freezeConfig, loadConfig, type ConfigIssue } from './load.
 
 const WORKER = new URL('./load-worker.js', import.meta.url)
 
+/**
+ * From this many routes, the next load's thread is started ahead. An idle thread with the loader's modules holds
+ * about 30 MB; below this size a load takes a small part of a second anyway (docs/performance.md, routes).
+ */
+export const LOAD_AHEAD_ROUTES = 1_000
+
 type Answer = { ok: true; config: GatewayConfig; pieces: number } | { ok: false; fileName?: string; issues?: ConfigIssue[]; message?: string }
 
-export function loadConfigOffThread(fileName: string, text: string, env: NodeJS.ProcessEnv): Promise<GatewayConfig> {
-  if (!existsSync(fileURLToPath(WORKER))) return Promise.resolve().then(() => loadConfig(fileName, text, env))
+/** Loads configs off the event loop, one thread per load; see the module's comment. */
+export class ConfigLoader {
+  #ahead: Worker | undefined
+  #keepAhead = false
+  readonly #compiled = existsSync(fileURLToPath(WORKER))
+
+  /**
+   * Whether the next load's thread waits started (from {@link LOAD_AHEAD_ROUTES} routes, as the caller judges). The
+   * caller asks again once a reload is over, new table built and all: a thread started meanwhile would compete with
+   * the build for the core.
+   */
+  keepAhead(on: boolean): void {
+    this.#keepAhead = on && this.#compiled
+    if (this.#keepAhead) this.#startAhead()
+    else this.#stopAhead()
+  }
+
+  load(fileName: string, text: string, env: NodeJS.ProcessEnv): Promise<GatewayConfig> {
+    if (!this.#compiled) return Promise.resolve().then(() => loadConfig(fileName, text, env))
+    const worker = this.#ahead ?? startLoader()
+    this.#ahead = undefined
+    worker.ref()
+    return loadOn(worker, fileName, text, env)
+  }
+
+  /** Ends the thread waiting ahead, if any (shutdown). */
+  close(): Promise<void> {
+    this.#keepAhead = false
+    return this.#stopAhead()
+  }
+
+  #startAhead(): void {
+    if (this.#ahead !== undefined) return
+    const worker = startLoader()
+    // Idle, it must not keep the process alive; one that fails before its load is simply not taken.
+    worker.unref()
+    const gone = () => { if (this.#ahead === worker) this.#ahead = undefined }
+    worker.once('error', gone).once('exit', gone)
+    this.#ahead = worker
+  }
+
+  async #stopAhead(): Promise<void> {
+    const worker = this.#ahead
+    this.#ahead = undefined
+    await worker?.terminate()
+  }
+}
+
+function startLoader(): Worker {
+  const worker = new Worker(WORKER)
+  // A failure before the load is answered by loadOn, or, for a thread waiting ahead, by its not being taken.
+  worker.on('error', () => {})
+  return worker
+}
+
+function loadOn(worker: Worker, fileName: string, text: string, env: NodeJS.ProcessEnv): Promise<GatewayConfig> {
   const { port1: routesIn, port2: routesOut } = new MessageChannel()
   return new Promise<GatewayConfig>((resolve, reject) => {
-    const worker = new Worker(WORKER, { workerData: { fileName, text, env: { ...env }, routesPort: routesOut }, transferList: [routesOut] })
     let answered = false
     worker.once('message', (answer: Answer) => {
       answered = true
@@ -33,6 +94,7 @@ export function loadConfigOffThread(fileName: string, text: string, env: NodeJS.
     })
     worker.once('error', (error) => { answered = true; reject(error) })
     worker.once('exit', (code) => { if (!answered) reject(new Error(`the config loader stopped (exit code ${code})`)) })
+    worker.postMessage({ fileName, text, env: { ...env }, routesPort: routesOut }, [routesOut])
   }).finally(() => routesIn.close())
 }
 

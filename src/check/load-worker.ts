@@ -5,7 +5,7 @@
  * pieces: 10,000 routes in one message take tens of milliseconds to copy in.
  */
 import { setPriority } from 'node:os'
-import { parentPort, workerData, type MessagePort } from 'node:worker_threads'
+import { parentPort, type MessagePort } from 'node:worker_threads'
 import { ConfigError, loadConfig } from './load.js'
 
 const ROUTES_PER_MESSAGE = 500
@@ -16,14 +16,21 @@ const ROUTES_PER_MESSAGE = 500
 // rather than a seventieth (CFS weights 110 and 15 against 1024).
 try { setPriority(10) } catch { /* not permitted here: the load runs at the process's priority */ }
 
-const { fileName, text, env, routesPort } = workerData as { fileName: string; text: string; env: NodeJS.ProcessEnv; routesPort: MessagePort }
-try {
-  const { routes, ...rest } = loadConfig(fileName, text, env)
-  let pieces = 0
-  for (let at = 0; at < routes.length; at += ROUTES_PER_MESSAGE, pieces++) routesPort.postMessage(routes.slice(at, at + ROUTES_PER_MESSAGE))
-  parentPort!.postMessage({ ok: true, config: { ...rest, routes: [] }, pieces })
-} catch (error) {
-  parentPort!.postMessage(error instanceof ConfigError
-    ? { ok: false, fileName: error.fileName, issues: error.issues }
-    : { ok: false, message: error instanceof Error ? error.message : String(error) })
+interface Job { fileName: string; text: string; env: NodeJS.ProcessEnv; routesPort: MessagePort }
+
+/** One load, then the thread is ended by its owner: the memory the parse took goes with it. */
+function load({ fileName, text, env, routesPort }: Job): void {
+  try {
+    const { routes, ...rest } = loadConfig(fileName, text, env)
+    let pieces = 0
+    for (let at = 0; at < routes.length; at += ROUTES_PER_MESSAGE, pieces++) routesPort.postMessage(routes.slice(at, at + ROUTES_PER_MESSAGE))
+    parentPort!.postMessage({ ok: true, config: { ...rest, routes: [] }, pieces })
+  } catch (error) {
+    parentPort!.postMessage(error instanceof ConfigError
+      ? { ok: false, fileName: error.fileName, issues: error.issues }
+      : { ok: false, message: error instanceof Error ? error.message : String(error) })
+  }
 }
+
+// The job comes as a message: the thread may be started ahead of it (load-off-thread.ts), its modules loaded.
+parentPort!.once('message', load)

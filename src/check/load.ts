@@ -57,7 +57,7 @@ export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEn
   // A missing variable becomes '' so the rest of the file is still checked; what that '' then breaks
   // at the same key is not reported twice.
   const envIssues: ConfigIssue[] = []
-  const value = substituteEnv(raw, [], env, (configPath, message) => envIssues.push(issue(configPath, message)))
+  const value = substituteEnv(raw, env, (configPath, message) => envIssues.push(issue(configPath, message)))
   const unset = envIssues.map((envIssue) => envIssue.path)
   const causedByEnv = (key: string) =>
     unset.some((at) => key === at || key.startsWith(`${at}.`) || key.startsWith(`${at}[`))
@@ -103,29 +103,37 @@ const REFERENCE = /\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{/g
 /**
  * `${NAME}` in any string value becomes the variable's value; `$${` stays a literal `${`. Any other
  * `${` (a typo such as `${SECRET` or `${my-secret}`) is an error: it must not become a literal secret.
+ * In place, on the tree the parser just made (each object once, so what an alias shares is substituted once);
+ * the path is put together only for a problem.
  */
-function substituteEnv(value: unknown, at: (string | number)[], env: NodeJS.ProcessEnv,
-  report: (configPath: ConfigPath, message: string) => void): unknown {
-  if (typeof value === 'string') {
-    if (!value.includes('${')) return value
-    return value.replace(REFERENCE, (whole, name: string | undefined) => {
-      if (whole === '$${') return '${'
-      if (name === undefined) {
-        report(at, 'has a "${" that is not a ${NAME} reference (write $${ for a literal "${")')
-        return ''
-      }
-      const replacement = env[name]
-      if (replacement === undefined) { report(at, `\${${name}} is not set`); return '' }
-      return replacement
-    })
+function substituteEnv(root: unknown, env: NodeJS.ProcessEnv, report: (configPath: ConfigPath, message: string) => void): unknown {
+  const at: (string | number)[] = []
+  const seen = new Set<object>()
+  const substitute = (text: string) => text.replace(REFERENCE, (whole, name: string | undefined) => {
+    if (whole === '$${') return '${'
+    if (name === undefined) {
+      report([...at], 'has a "${" that is not a ${NAME} reference (write $${ for a literal "${")')
+      return ''
+    }
+    const replacement = env[name]
+    if (replacement === undefined) { report([...at], `\${${name}} is not set`); return '' }
+    return replacement
+  })
+  const visit = (value: unknown): unknown => {
+    if (typeof value === 'string') return value.includes('${') ? substitute(value) : value
+    if (value === null || typeof value !== 'object' || seen.has(value)) return value
+    seen.add(value)
+    const container = value as Record<string | number, unknown>
+    for (const key of Array.isArray(value) ? value.keys() : Object.keys(value)) {
+      at.push(key)
+      const item = container[key]
+      const substituted = visit(item)
+      if (substituted !== item) container[key] = substituted
+      at.pop()
+    }
+    return value
   }
-  if (Array.isArray(value)) return value.map((item, index) => substituteEnv(item, [...at, index], env, report))
-  if (value !== null && typeof value === 'object') {
-    const out: Record<string, unknown> = {}
-    for (const [key, item] of Object.entries(value)) out[key] = substituteEnv(item, [...at, key], env, report)
-    return out
-  }
-  return value
+  return visit(root)
 }
 
 /** Contract: relative file paths resolve against the config file's directory. */

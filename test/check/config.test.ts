@@ -376,6 +376,26 @@ issuers:
     expect(config.issuers![0]!.issuer).toBe(injected)
     expect(config.admin).toBeUndefined()
   })
+
+  it('substitutes what an alias shares once, so a value holding "${" is never read as a reference', () => {
+    const text = MINIMAL + yaml(`
+issuers:
+  - issuer: "https://a.example.com/"
+    jwks_uri: "https://a.example.com/jwks"
+    audience: &audience ["\${AUDIENCE}"]
+  - issuer: "https://b.example.com/"
+    jwks_uri: "https://b.example.com/jwks"
+    audience: *audience
+`)
+    const config = loadConfig(FILE, text, { AUDIENCE: 'orders-${SECRET}', SECRET: 'leaked' })
+    expect(config.issuers!.map((entry) => entry.audience)).toEqual([['orders-${SECRET}'], ['orders-${SECRET}']])
+  })
+
+  it('keeps a `__proto__` key as a key, which the schema then refuses, instead of a prototype the config inherits from', () => {
+    const issues = issuesOf(MINIMAL + 'server:\n  __proto__:\n    realm: from-a-prototype\n')
+    expect(issues.map((found) => found.path)).toContain('server.__proto__')
+    expect(() => loadConfig(FILE, MINIMAL + 'server:\n  __proto__:\n    realm: from-a-prototype\n')).toThrow(ConfigError)
+  })
 })
 
 describe('relative paths resolve against the config file directory', () => {

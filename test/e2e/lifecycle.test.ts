@@ -147,7 +147,10 @@ describe('hot reload', () => {
     await waitFor(async () => (await get(`${s.url}/orders/1`, token)).status === 403)
     const scrape = await (await fetch(`${s.adminUrl}/metrics`)).text()
     expect(metricValue(scrape, 'portcullis_config_reloads_total', 'result="success"')).toBe(1)
-    expect(s.logs.some((line) => line.includes('"msg":"config reloaded"'))).toBe(true)
+    const reloaded = s.logs.map((line) => JSON.parse(line) as { msg: string; load_ms?: unknown; build_ms?: unknown })
+      .find((entry) => entry.msg === 'config reloaded')
+    // The line says how long the loader thread and the build on the event loop took.
+    expect(reloaded).toMatchObject({ load_ms: expect.any(Number), build_ms: expect.any(Number) })
   })
 
   it('a change saved after `start` read the file and before its watch began is served: the file is read again once the watch is on', async (context) => {
@@ -397,6 +400,43 @@ describe('signals (the compiled CLI)', () => {
     expect(seen).toBe(10)
     expect(niceOf(String(child.pid))).toBe(0)
   }, 30_000)
+
+  it.runIf(process.platform === 'linux')('from 1,000 routes the next reload\'s loader thread waits started (nice 10), the reload takes it and another waits after; below 1,000 none waits (Linux: /proc)', async (context) => {
+    const { upstream, issuer } = await fixtures(context)
+    const port = await closedPort()
+    const base = { ...config(upstream, issuer), server: { listen: `127.0.0.1:${port}` }, admin: undefined }
+    const many = (count: number, prefix: string) => [
+      ...base.routes,
+      ...Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, path: `/${prefix}${i}/**`, upstream: 'main', scopes: { all: ['orders:read'] } })),
+    ]
+    const { child, lines } = await startCli(context, stringify({ ...base, routes: many(1_200, 'a') }))
+    const file = child.spawnargs.at(-1)!
+    const token = await issuer.sign({ scope: 'orders:read' })
+    await waitFor(async () => (await get(`http://127.0.0.1:${port}/a7/x`, token).catch(() => ({ status: 0 }))).status === 200, 15_000)
+    const waiting = () => readdirSync(`/proc/${child.pid}/task`).filter((tid) => {
+      try {
+        const stat = readFileSync(`/proc/${child.pid}/task/${tid}/stat`, 'utf8')
+        return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16] === '10' // field 19, nice (proc(5))
+      } catch { return false } // the thread ended meanwhile
+    })
+    await waitFor(() => waiting().length === 1, 15_000)
+    const [first] = waiting()
+    const reloads = () => lines.filter((line) => line.includes('"trigger":"SIGHUP"') && line.includes('"msg":"config reloaded"')).length
+
+    writeFileSync(file, stringify({ ...base, routes: many(1_300, 'b') }))
+    child.kill('SIGHUP')
+    await waitFor(() => reloads() === 1, 15_000)
+    expect((await get(`http://127.0.0.1:${port}/b1299/x`, token)).status).toBe(200)
+    expect((await get(`http://127.0.0.1:${port}/a7/x`, token)).status).toBe(404)
+    // The thread that waited did the load and ended; a new one waits for the next.
+    await waitFor(() => waiting().length === 1 && waiting()[0] !== first, 15_000)
+
+    writeFileSync(file, stringify({ ...base, routes: many(10, 'c') }))
+    child.kill('SIGHUP')
+    await waitFor(() => reloads() === 2, 15_000)
+    expect((await get(`http://127.0.0.1:${port}/c9/x`, token)).status).toBe(200)
+    await waitFor(() => waiting().length === 0, 15_000)
+  }, 60_000)
 
   it('SIGHUP with a broken file: the worker thread\'s problems are logged with file:line:col, and the config in service stays', async (context) => {
     const { child, lines, base, port, token } = await servingCli(context)
