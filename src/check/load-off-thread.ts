@@ -59,7 +59,7 @@ export class ConfigLoader {
 
   #startAhead(): void {
     if (this.#ahead !== undefined) return
-    const worker = startLoader()
+    const worker = startLoader(true)
     // Idle, it must not keep the process alive; one that fails before its load is simply not taken.
     worker.unref()
     const gone = () => { if (this.#ahead === worker) this.#ahead = undefined }
@@ -74,8 +74,9 @@ export class ConfigLoader {
   }
 }
 
-function startLoader(): Worker {
-  const worker = new Worker(WORKER)
+/** A loader thread; one started ahead warms its code up on a small config while it waits (load-worker.ts). */
+function startLoader(warmUp = false): Worker {
+  const worker = new Worker(WORKER, { workerData: { warmUp } })
   // A failure before the load is answered by loadOn, or, for a thread waiting ahead, by its not being taken.
   worker.on('error', () => {})
   return worker

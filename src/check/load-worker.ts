@@ -5,8 +5,10 @@
  * pieces: 10,000 routes in one message take tens of milliseconds to copy in.
  */
 import { setPriority } from 'node:os'
-import { parentPort, type MessagePort } from 'node:worker_threads'
+import { parentPort, workerData, type MessagePort } from 'node:worker_threads'
 import { ConfigError, loadConfig } from './load.js'
+import { collectAll } from '../common/young-collection.js'
+import { warmUpConfigText } from './warm-up.js'
 
 const ROUTES_PER_MESSAGE = 500
 
@@ -32,5 +34,17 @@ function load({ fileName, text, env, routesPort }: Job): void {
   }
 }
 
+/**
+ * A thread started ahead of its load loads a small config of every kind of route, and drops it, so that its parse,
+ * schema check and route compile run as compiled code when the file comes (docs/performance.md, routes).
+ */
+function warmUp(): void {
+  const text = warmUpConfigText()
+  for (let round = 0; round < 3; round++) loadConfig('warm-up.yaml', text, {})
+  // What the warm-up allocated is garbage now: collected while the thread waits, not during the load to come.
+  collectAll()
+}
+
 // The job comes as a message: the thread may be started ahead of it (load-off-thread.ts), its modules loaded.
 parentPort!.once('message', load)
+if ((workerData as { warmUp?: boolean } | undefined)?.warmUp === true) warmUp()

@@ -1,6 +1,6 @@
 import { constants, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks'
 import { describe, expect, it, onTestFinished } from 'vitest'
-import { collectYoung } from './young-collection.js'
+import { collectAll, collectYoung } from './young-collection.js'
 
 /** The kinds of the collections V8 reports while `run` runs (and the observer's next delivery). */
 async function collectionsDuring(run: () => void): Promise<number[]> {
@@ -23,5 +23,12 @@ describe('collectYoung', () => {
   it('leaves the program without a global gc', () => {
     collectYoung()
     expect((globalThis as { gc?: unknown }).gc).toBeUndefined()
+  })
+})
+
+describe('collectAll', () => {
+  it('runs a full collection (mark-sweep-compact) when asked', async () => {
+    const kinds = await collectionsDuring(() => { collectAll() })
+    expect(kinds).toContain(constants.NODE_PERFORMANCE_GC_MAJOR)
   })
 })
