@@ -401,7 +401,7 @@ describe('signals (the compiled CLI)', () => {
     expect(niceOf(String(child.pid))).toBe(0)
   }, 30_000)
 
-  it.runIf(process.platform === 'linux')('from 1,000 routes the next reload\'s loader thread waits started (nice 10), the reload takes it and another waits after; below 1,000 none waits (Linux: /proc)', async (context) => {
+  it.runIf(process.platform === 'linux')('from 1,000 routes the next reload\'s loader thread waits started (nice 10), the reload takes it and another waits after; below 1,000 none waits; SIGTERM with one waiting exits 0 (Linux: /proc)', async (context) => {
     const { upstream, issuer } = await fixtures(context)
     const port = await closedPort()
     const base = { ...config(upstream, issuer), server: { listen: `127.0.0.1:${port}` }, admin: undefined }
@@ -409,7 +409,7 @@ describe('signals (the compiled CLI)', () => {
       ...base.routes,
       ...Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, path: `/${prefix}${i}/**`, upstream: 'main', scopes: { all: ['orders:read'] } })),
     ]
-    const { child, lines } = await startCli(context, stringify({ ...base, routes: many(1_200, 'a') }))
+    const { child, lines, exited } = await startCli(context, stringify({ ...base, routes: many(1_200, 'a') }))
     const file = child.spawnargs.at(-1)!
     const token = await issuer.sign({ scope: 'orders:read' })
     await waitFor(async () => (await get(`http://127.0.0.1:${port}/a7/x`, token).catch(() => ({ status: 0 }))).status === 200, 15_000)
@@ -436,6 +436,14 @@ describe('signals (the compiled CLI)', () => {
     await waitFor(() => reloads() === 2, 15_000)
     expect((await get(`http://127.0.0.1:${port}/c9/x`, token)).status).toBe(200)
     await waitFor(() => waiting().length === 0, 15_000)
+
+    // Grown again, a thread waits; SIGTERM ends it with the rest, and the process exits 0.
+    writeFileSync(file, stringify({ ...base, routes: many(1_100, 'd') }))
+    child.kill('SIGHUP')
+    await waitFor(() => reloads() === 3, 15_000)
+    await waitFor(() => waiting().length === 1, 15_000)
+    child.kill('SIGTERM')
+    expect(await exited).toBe(0)
   }, 60_000)
 
   it('SIGHUP with a broken file: the worker thread\'s problems are logged with file:line:col, and the config in service stays', async (context) => {
