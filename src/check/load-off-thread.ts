@@ -40,7 +40,7 @@ export class ConfigLoader {
   keepAhead(on: boolean): void {
     this.#keepAhead = on && this.#compiled
     if (this.#keepAhead) this.#startAhead()
-    else this.#stopAhead()
+    else void this.#stopAhead()
   }
 
   load(fileName: string, text: string, env: NodeJS.ProcessEnv): Promise<GatewayConfig> {
