@@ -1,19 +1,25 @@
 #!/usr/bin/env node
-// Writes the config schema's validator as code (ajv's standalone code), so that `portcullis check` and a reload's
-// loader thread load it instead of compiling the schema (src/check/config-validator.ts). Run by
-// scripts/build-if-stale.mjs after the compile, from the compiled dist/; the file carries the fingerprint of the
-// schema it was made from, and a validator whose fingerprint is not the schema's is never used.
+// Writes the config schema's validator as code (ajv's standalone code) and the schema as JSON, so that
+// `portcullis check` and a reload's loader thread load the validator instead of compiling the schema, and no process
+// with this build loads TypeBox to build the schema (src/check/config-validator.ts). Run by
+// scripts/build-if-stale.mjs after the compile, from the compiled dist/; each file carries the fingerprint of the
+// schema's modules it was made from, and one whose fingerprint is not the build's is never used.
 //
 //   node scripts/config-validator.mjs [ROOT]      (default ROOT: this checkout)
-import { writeFileSync } from 'node:fs'
+import { rmSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import standalone from 'ajv/dist/standalone/index.js'
 
 const root = path.resolve(process.argv[2] ?? path.join(path.dirname(fileURLToPath(import.meta.url)), '..'))
 const dir = path.join(root, 'dist', 'check')
-const { configAjv, schemaFingerprint, PRECOMPILED_FILE } = await import(pathToFileURL(path.join(dir, 'config-validator.js')).href)
+// The files of an earlier build go first: the module below must build the schema itself, not read an older one.
+rmSync(path.join(dir, 'config-schema.json'), { force: true })
+rmSync(path.join(dir, 'config-validator.cjs'), { force: true })
+const { configAjv, schemaFingerprint, PRECOMPILED_FILE, SCHEMA_FILE } = await import(pathToFileURL(path.join(dir, 'config-validator.js')).href)
 const { GatewayConfigSchema } = await import(pathToFileURL(path.join(root, 'dist', 'config', 'schema.js')).href)
 const ajv = configAjv({ code: { source: true } })
 const code = standalone.default(ajv, ajv.compile(GatewayConfigSchema))
-writeFileSync(path.join(dir, PRECOMPILED_FILE), `${code}\nmodule.exports.fingerprint = ${JSON.stringify(schemaFingerprint())};\n`)
+const fingerprint = schemaFingerprint()
+writeFileSync(path.join(dir, PRECOMPILED_FILE), `${code}\nmodule.exports.fingerprint = ${JSON.stringify(fingerprint)};\n`)
+writeFileSync(path.join(dir, SCHEMA_FILE), JSON.stringify({ fingerprint, schema: GatewayConfigSchema }))

@@ -2,20 +2,26 @@
  * The config schema's validator (ajv). Compiling the schema takes about a third of a second (ajv generates and
  * evaluates some 900 KB of code), paid by every `portcullis check` and every hot reload's loader thread (a serving
  * event loop compiles its own: LoadOptions.writtenValidator in load.ts; docs/performance.md, routes). The build
- * writes that code once (scripts/config-validator.mjs, ajv's standalone
- * code, beside this module as config-validator.cjs, with the fingerprint of the schema it was made from);
- * {@link configValidator} takes it when its fingerprint is the schema's, and compiles otherwise (run from the
- * TypeScript sources, or a build whose schema changed without the step: never a validator of another schema).
+ * writes that code once (scripts/config-validator.mjs, ajv's standalone code, beside this module as
+ * config-validator.cjs) and the schema as JSON (config-schema.json), each with the fingerprint of the schema's
+ * modules it was made from. {@link configValidator} takes the written validator when its fingerprint is this
+ * build's, and compiles otherwise (run from the TypeScript sources, or a build whose schema changed without the
+ * step: never a validator of another schema). With the written schema, the schema is not built at all: TypeBox,
+ * which builds it, takes about a tenth of a second to load.
  */
 import { createHash } from 'node:crypto'
+import { readdirSync, readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import type { Ajv, Options, ValidateFunction } from 'ajv'
-import { GatewayConfigSchema, type GatewayConfig } from '../config/schema.js'
+import type { GatewayConfig } from '../config/schema.js'
 
 const requireHere = createRequire(import.meta.url)
 
-/** The written validator, beside the compiled form of this module. */
+/** The written validator and schema, beside the compiled form of this module. */
 export const PRECOMPILED_FILE = './config-validator.cjs'
+export const SCHEMA_FILE = './config-schema.json'
 
 /**
  * The options both ways share. `verbose` gives each error its `parentSchema`, where the schema's `x-message` lives.
@@ -28,12 +34,36 @@ export function configAjv(extra: Options = {}): Ajv {
   return ajv
 }
 
-/** What identifies the schema a written validator was made from: its JSON's SHA-256 (about 0.5 ms). */
+let fingerprint: string | undefined
+
+/**
+ * What identifies the schema without building it: the SHA-256 of the modules it is built from (every compiled
+ * module under config/, by its path there, and the TypeBox version that builds it). About a millisecond.
+ */
 export function schemaFingerprint(): string {
-  return createHash('sha256').update(JSON.stringify(GatewayConfigSchema)).digest('hex')
+  if (fingerprint !== undefined) return fingerprint
+  const configDir = fileURLToPath(new URL('../config/', import.meta.url))
+  const typeboxMain = requireHere.resolve('@sinclair/typebox')
+  const typebox = readFileSync(path.join(typeboxMain.slice(0, typeboxMain.lastIndexOf(`${path.sep}build${path.sep}`)), 'package.json'))
+  const hash = createHash('sha256').update(typebox)
+  const files = readdirSync(configDir, { recursive: true, encoding: 'utf8' }).filter((file) => file.endsWith('.js')).sort()
+  for (const file of files) hash.update(`\0${file}\0`).update(readFileSync(path.join(configDir, file)))
+  return (fingerprint = hash.digest('hex'))
 }
 
-type Precompiled = ValidateFunction<GatewayConfig> & { fingerprint?: unknown }
+/** A written file's export when its fingerprint is this build's. */
+function writtenFor<T extends { fingerprint?: unknown }>(file: string): T | undefined {
+  try {
+    const written = requireHere(file) as T
+    return written.fingerprint === schemaFingerprint() ? written : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** The schema as JSON Schema: the written one when it is this build's, else built by TypeBox (loaded only then). */
+const schema: object = writtenFor<{ fingerprint?: unknown; schema: object }>(SCHEMA_FILE)?.schema
+  ?? (await import('../config/schema.js')).GatewayConfigSchema
 
 /** This thread's compiled validator: compiled once, whichever way it was asked for. */
 let compiled: ValidateFunction<GatewayConfig> | undefined
@@ -43,16 +73,6 @@ let compiled: ValidateFunction<GatewayConfig> | undefined
  * (the same for both ways of asking: a thread without a written validator never compiles the schema twice).
  */
 export function configValidator(written = true): ValidateFunction<GatewayConfig> {
-  const taken = written ? writtenValidator() : undefined
-  return taken ?? (compiled ??= configAjv().compile<GatewayConfig>(GatewayConfigSchema))
-}
-
-function writtenValidator(): ValidateFunction<GatewayConfig> | undefined {
-  let written: Precompiled | undefined
-  try {
-    written = requireHere(PRECOMPILED_FILE) as Precompiled
-  } catch {
-    return undefined
-  }
-  return typeof written === 'function' && written.fingerprint === schemaFingerprint() ? written : undefined
+  const taken = written ? writtenFor<ValidateFunction<GatewayConfig> & { fingerprint?: unknown }>(PRECOMPILED_FILE) : undefined
+  return (typeof taken === 'function' ? taken : undefined) ?? (compiled ??= configAjv().compile<GatewayConfig>(schema))
 }

@@ -20,3 +20,11 @@ export const DEFAULT_DPOP_ALGORITHMS: readonly string[] = ['ES256', 'ES384', 'PS
 /** `authorization_server.signing.key_encryption_key`: 32 bytes in base64 (`openssl rand -base64 32`) or base64url, padded or not. */
 export const KEK_PATTERN = '^([A-Za-z0-9+/]{43}|[A-Za-z0-9_-]{43})=?$'
 export const KEK_FORMAT = 'must be 32 random bytes in base64 or base64url, such as the output of openssl rand -base64 32'
+
+/** `routes[].methods`, `cors.allowed_methods`: the methods a route can name. */
+export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
+
+/** Grant types the embedded server implements (the device URN and authorization_code arrive with the browser flows). */
+export const GRANT_TYPES = [
+  'authorization_code', 'client_credentials', 'refresh_token', 'password', 'urn:ietf:params:oauth:grant-type:device_code',
+] as const

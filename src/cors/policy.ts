@@ -3,7 +3,8 @@
  * policy per route, with the headers for each configured origin built once. Tolerant of a bad config (it is
  * also compiled while linting): entries that do not parse are skipped here and reported by lint.ts.
  */
-import { HTTP_METHODS, type CorsConfig, type GatewayConfig, type RouteCorsConfig } from '../config/schema.js'
+import { HTTP_METHODS } from '../config/constants.js'
+import type { CorsConfig, GatewayConfig, RouteCorsConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
 import { matchesPattern, parseAllowedOrigin } from './origin.js'
 

@@ -1,4 +1,4 @@
-import { HTTP_METHODS } from '../config/schema.js'
+import { HTTP_METHODS } from '../config/constants.js'
 import type { CompiledRule } from './compile.js'
 import { RouteIndex } from './route-index.js'
 import { splitPath } from './segments.js'

@@ -1,8 +1,9 @@
 /**
  * The config schema's validator written by the build (scripts/config-validator.mjs): the built loader takes it
  * instead of compiling the schema, it judges every config as the compiled one does, and a written validator of
- * another schema is never taken.
+ * another schema is never taken. With the schema written too, a built process does not load TypeBox to build it.
  */
+import { execFileSync } from 'node:child_process'
 import { cpSync, existsSync, mkdtempSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -74,4 +75,32 @@ describe('the written config validator', () => {
     const { validator: matching } = await built(again)
     expect(matching.configValidator()({ routes: 'all of them' })).toBe(true)
   })
+
+  it('with the schema written for this build, a built loader never loads TypeBox; with another build\'s, it builds the schema', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'portcullis-typebox-'))
+    const log = path.join(dir, 'resolved.txt')
+    // A module hook that writes down every module the process resolves.
+    writeFileSync(path.join(dir, 'hooks.mjs'), `import { appendFileSync } from 'node:fs'
+export async function resolve(specifier, context, next) { const found = await next(specifier, context); appendFileSync(${JSON.stringify(log)}, found.url + '\\n'); return found }`)
+    writeFileSync(path.join(dir, 'register.mjs'), `import { register } from 'node:module'\nregister(${JSON.stringify(pathToFileURL(path.join(dir, 'hooks.mjs')).href)})`)
+    const resolvedBy = (root: string) => {
+      writeFileSync(log, '')
+      const load = pathToFileURL(path.join(root, 'check', 'load.js')).href
+      execFileSync(process.execPath, ['--import', pathToFileURL(path.join(dir, 'register.mjs')).href, '--input-type=module', '-e',
+        `const { loadConfig } = await import(${JSON.stringify(load)}); loadConfig('x.yaml', 'upstreams: {a: {url: "http://127.0.0.1:1"}}\\nroutes: [{id: a, path: /a, upstream: a, auth: none}]\\n', {})`])
+      return readFileSync(log, 'utf8').split('\n')
+    }
+    await built()
+    const own = resolvedBy(DIST)
+    expect(own.some((url) => url.endsWith('/check/load.js'))).toBe(true)
+    expect(own.filter((url) => url.includes('typebox'))).toEqual([])
+
+    // A copy of the build whose written schema carries another fingerprint: the schema is built, TypeBox loaded.
+    const root = mkdtempSync(path.join(tmpdir(), 'portcullis-schema-'))
+    symlinkSync(path.resolve('node_modules'), path.join(root, 'node_modules'))
+    cpSync(DIST, path.join(root, 'dist'), { recursive: true, filter: (file) => !file.endsWith('.map') })
+    const schemaFile = path.join(root, 'dist', 'check', 'config-schema.json')
+    writeFileSync(schemaFile, JSON.stringify({ ...JSON.parse(readFileSync(schemaFile, 'utf8')) as object, fingerprint: '0'.repeat(64) }))
+    expect(resolvedBy(path.join(root, 'dist')).some((url) => url.includes('typebox'))).toBe(true)
+  }, 30_000)
 })

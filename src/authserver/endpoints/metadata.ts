@@ -5,7 +5,8 @@
  * a client must find the same values whichever it reads (RFC 9068 §4).
  */
 import type { FastifyInstance } from 'fastify'
-import { GRANT_TYPES, type GrantType } from '../../config/schema.js'
+import { GRANT_TYPES } from '../../config/constants.js'
+import type { GrantType } from '../../config/schema.js'
 import { claimsSupported } from '../claims.js'
 import type { AuthServerContext } from '../context.js'
 import { CERTIFICATE_AUTH_METHODS } from '../registered-client.js'

@@ -6,7 +6,7 @@
  * what was registered). Descriptions name the field and the rule, never a value the client sent.
  */
 import type { AuthorizationServerConfig, GrantType } from '../../config/schema.js'
-import { GRANT_TYPES } from '../../config/schema.js'
+import { GRANT_TYPES } from '../../config/constants.js'
 import { parseDuration } from '../../config/units.js'
 import { InvalidClientMetadata, InvalidRedirectUri } from '../../errors/oauth-errors.js'
 import type { SigningAlgorithm } from '../../common/token-formats.js'

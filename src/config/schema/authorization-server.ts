@@ -3,14 +3,11 @@
  * clients and users, throttling, dynamic client registration and client metadata documents.
  */
 import { Type, type Static } from '@sinclair/typebox'
-import { KEK_FORMAT, KEK_PATTERN } from '../constants.js'
+import { GRANT_TYPES, KEK_FORMAT, KEK_PATTERN } from '../constants.js'
 import { IdentityProviders } from './identity-providers.js'
 import { Duration, NonEmpty, ScopeTokenPattern, Size, Strict, StringEnum } from './shared.js'
 
-/** Grant types the embedded server implements (the device URN and authorization_code arrive with the browser flows). */
-export const GRANT_TYPES = [
-  'authorization_code', 'client_credentials', 'refresh_token', 'password', 'urn:ietf:params:oauth:grant-type:device_code',
-] as const
+export { GRANT_TYPES }
 export const CLIENT_AUTH_METHODS = ['client_secret_basic', 'client_secret_post', 'none', 'tls_client_auth', 'self_signed_tls_client_auth'] as const
 const ScopeToken = ScopeTokenPattern()
 

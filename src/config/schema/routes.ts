@@ -3,10 +3,11 @@
  * RFC 9728 protected resources (`resources[]`) the routes make up.
  */
 import { Type, type Static } from '@sinclair/typebox'
+import { HTTP_METHODS } from '../constants.js'
 import { ClaimConditions, ClaimHeaders } from './claims.js'
 import { DpopMode, Duration, HeaderName, NonEmpty, ScopeTokenPattern, Size, Strict, StringEnum } from './shared.js'
 
-export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const
+export { HTTP_METHODS }
 
 const Scopes = Strict({
   all: Type.Optional(Type.Array(NonEmpty)),
