@@ -67,12 +67,17 @@ const schema: object = writtenFor<{ fingerprint?: unknown; schema: object }>(SCH
 
 /** This thread's compiled validator: compiled once, whichever way it was asked for. */
 let compiled: ValidateFunction<GatewayConfig> | undefined
+/** This thread's written validator, looked up on first use (null: none for this schema). */
+let written: ValidateFunction<GatewayConfig> | null | undefined
 
 /**
- * The written validator when there is one for this very schema (and `written` allows it), else the compiled one
- * (the same for both ways of asking: a thread without a written validator never compiles the schema twice).
+ * The written validator when there is one for this very schema (and `takeWritten` allows it), else the compiled
+ * one (the same for both ways of asking: a thread without a written validator never compiles the schema twice).
  */
-export function configValidator(written = true): ValidateFunction<GatewayConfig> {
-  const taken = written ? writtenFor<ValidateFunction<GatewayConfig> & { fingerprint?: unknown }>(PRECOMPILED_FILE) : undefined
-  return (typeof taken === 'function' ? taken : undefined) ?? (compiled ??= configAjv().compile<GatewayConfig>(schema))
+export function configValidator(takeWritten = true): ValidateFunction<GatewayConfig> {
+  if (takeWritten && written === undefined) {
+    const found = writtenFor<ValidateFunction<GatewayConfig> & { fingerprint?: unknown }>(PRECOMPILED_FILE)
+    written = typeof found === 'function' ? found : null
+  }
+  return (takeWritten ? written : undefined) ?? (compiled ??= configAjv().compile<GatewayConfig>(schema))
 }

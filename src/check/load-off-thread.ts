@@ -2,7 +2,7 @@
  * `loadConfig` on a worker thread, for hot reloads: parsing and checking a large file (10,000 routes take most of
  * a second, docs/performance.md) must not hold the event loop, and the requests in flight with it. A thread does
  * one load and is ended with it, so the memory a large parse takes goes with it. With a large route table the
- * thread of the next load is started ahead ({@link ConfigLoader.keepAhead}): it waits with its modules loaded, and
+ * thread of the next load is started ahead ({@link ConfigLoader.keepAheadFor}): it waits with its modules loaded, and
  * a reload does not wait for that (a quarter to half a second). The routes come back in pieces, one taken in per
  * event-loop turn (the young generation collected after each, common/young-collection.ts). Run from the TypeScript
  * sources (the test runner), where there is no compiled worker next to this module, it is the same load on this
@@ -33,12 +33,12 @@ export class ConfigLoader {
   readonly #compiled = existsSync(fileURLToPath(WORKER))
 
   /**
-   * Whether the next load's thread waits started (from {@link LOAD_AHEAD_ROUTES} routes, as the caller judges). The
-   * caller asks again once a reload is over, new table built and all: a thread started meanwhile would compete with
-   * the build for the core.
+   * Whether the next load's thread waits started: with the config in service from {@link LOAD_AHEAD_ROUTES} routes.
+   * The caller asks again once a reload is over, new table built and all: a thread started meanwhile would compete
+   * with the build for the core.
    */
-  keepAhead(on: boolean): void {
-    this.#keepAhead = on && this.#compiled
+  keepAheadFor(config: GatewayConfig): void {
+    this.#keepAhead = config.routes.length >= LOAD_AHEAD_ROUTES && this.#compiled
     if (this.#keepAhead) this.#startAhead()
     else void this.#stopAhead()
   }

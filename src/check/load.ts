@@ -15,10 +15,6 @@ import { readYaml } from './yaml-source.js'
 
 export { ConfigError, formatIssue, formatPath, type ConfigIssue, type ConfigPath } from './config-error.js'
 
-/** The validator {@link LoadOptions.writtenValidator} asks for, made on first use (the compiled one is kept by config-validator.ts). */
-let taken: ReturnType<typeof configValidator> | undefined
-const schemaValidator = (written: boolean) => (written ? (taken ??= configValidator()) : configValidator(false))
-
 export interface LoadOptions {
   /**
    * Whether the schema's validator may be the one the build wrote (config-validator.ts), as the loader thread of a
@@ -63,7 +59,7 @@ export function loadConfig(fileName: string, text: string, env: NodeJS.ProcessEn
     unset.some((at) => key === at || key.startsWith(`${at}.`) || key.startsWith(`${at}[`))
   const fail = (issues: ConfigIssue[]) => new ConfigError(fileName, sortIssues([...envIssues, ...issues]))
 
-  const validateSchema = schemaValidator(options.writtenValidator ?? true)
+  const validateSchema = configValidator(options.writtenValidator ?? true)
   if (!validateSchema(value)) {
     // An unknown key is wrong whatever its value; any other error under an unset variable is its echo.
     const all = validateSchema.errors ?? []

@@ -12,7 +12,7 @@ import { Server as TlsServer } from 'node:tls'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import { ConfigError, loadConfig } from '../check/load.js'
-import { ConfigLoader, LOAD_AHEAD_ROUTES } from '../check/load-off-thread.js'
+import { ConfigLoader } from '../check/load-off-thread.js'
 import { collectAll } from '../common/young-collection.js'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
@@ -192,7 +192,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
 
   // A large route table's next reload finds its loader thread started (load-off-thread.ts).
   const loader = new ConfigLoader()
-  loader.keepAhead(config.routes.length >= LOAD_AHEAD_ROUTES)
+  loader.keepAheadFor(config)
 
   let reloading: Promise<boolean> = Promise.resolve(true)
   const reloadNow = async (trigger: string): Promise<boolean> => {
@@ -218,9 +218,10 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
       config = next
       text = nextText
       gateway.metrics.configReloads.inc({ result: 'success' })
-      gateway.audit.emit('config.reloaded', { trigger, sha256: sha256(nextText), needs_restart: needsRestart })
-      gateway.metrics.setConfig(sha256(nextText), Date.now())
-      log.info({ trigger, sha256: sha256(nextText), ...took }, 'config reloaded')
+      const digest = sha256(nextText)
+      gateway.audit.emit('config.reloaded', { trigger, sha256: digest, needs_restart: needsRestart })
+      gateway.metrics.setConfig(digest, Date.now())
+      log.info({ trigger, sha256: digest, ...took }, 'config reloaded')
       if (needsRestart.length > 0) log.warn({ keys: needsRestart }, `config reloaded; these changes need a restart: ${needsRestart.join(', ')}`)
       return true
     } catch (error) {
@@ -233,7 +234,7 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
       log.error({ trigger, problems: problems.length }, 'config reload failed; keeping the config in service')
       return false
     } finally {
-      loader.keepAhead(config.routes.length >= LOAD_AHEAD_ROUTES)
+      loader.keepAheadFor(config)
     }
   }
   // One reload at a time, in order: a SIGHUP during a watch-triggered reload waits for it.

@@ -350,6 +350,14 @@ async function startCli(context: TestContext, text: string): Promise<{ child: Ch
   return { child, lines, exited }
 }
 
+/** A thread's nice value (Linux: field 19 of /proc/<pid>/task/<tid>/stat, proc(5)); undefined once it has ended. */
+function threadNice(pid: number, tid: string): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])
+  } catch { return undefined } // the thread ended meanwhile
+}
+
 describe('signals (the compiled CLI)', () => {
   /** The compiled CLI serving `config(...)` on a port of its own, once it answers. */
   async function servingCli(context: TestContext) {
@@ -392,12 +400,7 @@ describe('signals (the compiled CLI)', () => {
   it.runIf(process.platform === 'linux')('SIGHUP: the worker thread that parses the file runs at a lower priority (nice 10), the event loop at its own (Linux: /proc)', async (context) => {
     const { child, lines, base } = await servingCli(context)
     const file = child.spawnargs.at(-1)!
-    const niceOf = (tid: string) => {
-      try {
-        const stat = readFileSync(`/proc/${child.pid}/task/${tid}/stat`, 'utf8')
-        return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]) // field 19, nice (proc(5))
-      } catch { return undefined } // the thread ended meanwhile
-    }
+    const niceOf = (tid: string) => threadNice(child.pid!, tid)
     const threads = () => readdirSync(`/proc/${child.pid}/task`)
     const before = new Set(threads())
     expect(niceOf(String(child.pid))).toBe(0)
@@ -426,12 +429,7 @@ describe('signals (the compiled CLI)', () => {
     const file = child.spawnargs.at(-1)!
     const token = await issuer.sign({ scope: 'orders:read' })
     await waitFor(async () => (await get(`http://127.0.0.1:${port}/a7/x`, token).catch(() => ({ status: 0 }))).status === 200, 15_000)
-    const waiting = () => readdirSync(`/proc/${child.pid}/task`).filter((tid) => {
-      try {
-        const stat = readFileSync(`/proc/${child.pid}/task/${tid}/stat`, 'utf8')
-        return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16] === '10' // field 19, nice (proc(5))
-      } catch { return false } // the thread ended meanwhile
-    })
+    const waiting = () => readdirSync(`/proc/${child.pid}/task`).filter((tid) => threadNice(child.pid!, tid) === 10)
     await waitFor(() => waiting().length === 1, 15_000)
     const [first] = waiting()
     const reloads = () => lines.filter((line) => line.includes('"trigger":"SIGHUP"') && line.includes('"msg":"config reloaded"')).length
