@@ -16,6 +16,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { Ajv, Options, ValidateFunction } from 'ajv'
 import type { GatewayConfig } from '../config/schema.js'
+import { requireWithCodeCache, type CachedModule, type CodeCacheUse } from './code-cache.js'
 
 const requireHere = createRequire(import.meta.url)
 
@@ -52,13 +53,18 @@ export function schemaFingerprint(): string {
 }
 
 /** A written file's export when its fingerprint is this build's. */
-function writtenFor<T extends { fingerprint?: unknown }>(file: string): T | undefined {
+function writtenFor<T extends { fingerprint?: unknown }>(file: string, load = (at: string) => requireHere(at) as T): T | undefined {
   try {
-    const written = requireHere(file) as T
+    const written = load(file)
     return written.fingerprint === schemaFingerprint() ? written : undefined
   } catch {
     return undefined
   }
+}
+
+/** The written validator's module, run with its code cache (code-cache.ts). */
+function loadWrittenValidator(): CachedModule {
+  return requireWithCodeCache(fileURLToPath(new URL(PRECOMPILED_FILE, import.meta.url)))
 }
 
 /** The schema as JSON Schema: the written one when it is this build's, else built by TypeBox (loaded only then). */
@@ -69,6 +75,8 @@ const schema: object = writtenFor<{ fingerprint?: unknown; schema: object }>(SCH
 let compiled: ValidateFunction<GatewayConfig> | undefined
 /** This thread's written validator, looked up on first use (null: none for this schema). */
 let written: ValidateFunction<GatewayConfig> | null | undefined
+/** Whether V8 took the written validator's code cache (undefined: not loaded). */
+let writtenCache: CodeCacheUse | undefined
 
 /**
  * The written validator when there is one for this very schema (and `takeWritten` allows it), else the compiled
@@ -76,8 +84,28 @@ let written: ValidateFunction<GatewayConfig> | null | undefined
  */
 export function configValidator(takeWritten = true): ValidateFunction<GatewayConfig> {
   if (takeWritten && written === undefined) {
-    const found = writtenFor<ValidateFunction<GatewayConfig> & { fingerprint?: unknown }>(PRECOMPILED_FILE)
+    const found = writtenFor<ValidateFunction<GatewayConfig> & { fingerprint?: unknown }>(PRECOMPILED_FILE, () => {
+      const loaded = loadWrittenValidator()
+      writtenCache = loaded.cache
+      return loaded.exports as ValidateFunction<GatewayConfig> & { fingerprint?: unknown }
+    })
     written = typeof found === 'function' ? found : null
   }
   return (takeWritten ? written : undefined) ?? (compiled ??= configAjv().compile<GatewayConfig>(schema))
+}
+
+/** Whether this thread's written validator came with its code cache taken by V8 (undefined: none loaded). */
+export function writtenValidatorCache(): CodeCacheUse | undefined {
+  return writtenCache
+}
+
+/**
+ * Writes the written validator's code cache (the build, with the flags the CLI runs with: scripts/config-validator.mjs),
+ * after validating `samples` so that what they reach is compiled and in it.
+ */
+export function writeValidatorCodeCache(samples: readonly unknown[]): void {
+  const loaded = loadWrittenValidator()
+  const validate = loaded.exports as ValidateFunction<GatewayConfig>
+  for (const sample of samples) validate(sample)
+  loaded.writeCache()
 }

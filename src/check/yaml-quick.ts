@@ -8,7 +8,7 @@
  * or tag, no quoted scalar over several lines or with more after it on its line, no flow collection with more after
  * it on its line, no flow mapping over several lines but `{}`, and no mapping key that is a collection, spans lines
  * or is a plain scalar resolving to anything but a string (`~:`, `1.0:`, `<<:`, whose object keys `yaml` spells
- * otherwise). Plain scalars resolve with `yaml`'s own YAML 1.2 core schema tags, so `1_000`, `0b1` or `yes` stay
+ * otherwise). Plain scalars resolve as `yaml`'s YAML 1.2 core schema resolves them (yaml-core.ts), so `1_000`, `0b1` or `yes` stay
  * strings as there. Anything else, and any error, returns `undefined`, and the caller parses with `yaml`, which also
  * words and places every error. test/check/yaml-quick.test.ts holds the two to the same value, or a decline, on the
  * YAML test suite, every YAML file and block of this repository, and mutations of them.
@@ -17,34 +17,14 @@ import {
   COLLECTION_STYLE, EVENT_ID, NOT_RESOLVED, SCALAR_STYLE, Schema as QuickSchema,
   constructFromEvents, defineScalarTag, getScalarValue, mapTag, parseEvents, seqTag, strTag, type Event,
 } from 'js-yaml'
-import { Schema, isScalar } from 'yaml'
-
-interface CoreTest { test: RegExp; resolve: (source: string) => unknown }
-
-/** `yaml`'s core schema scalar tags (null, bool, int, float) in its order of trying them. */
-function coreScalarTests(): Map<string, CoreTest[]> {
-  const byTag = new Map<string, CoreTest[]>()
-  const options = { intAsBigInt: false }
-  for (const tag of new Schema({ schema: 'core' }).tags) {
-    if (!('test' in tag) || tag.test === undefined || tag.resolve === undefined) continue
-    const resolveTag = tag.resolve.bind(tag) as (source: string, onError: (message: string) => void, opts: object) => unknown
-    const resolve = (source: string) => {
-      const value = resolveTag(source, (message) => { throw new Error(message) }, options)
-      return isScalar(value) ? value.value : value
-    }
-    byTag.set(tag.tag, [...(byTag.get(tag.tag) ?? []), { test: tag.test, resolve }])
-  }
-  return byTag
-}
-
-const CORE = coreScalarTests()
-const CORE_TESTS = [...CORE.values()].flat()
+import { CORE_FIRST_CHARS, CORE_TAGS, NOT_CORE, resolveCore } from './yaml-core.js'
 
 const SCHEMA = new QuickSchema([
   mapTag, seqTag, strTag,
-  ...[...CORE].map(([tagName, tests]) => defineScalarTag(tagName, {
+  ...[...CORE_TAGS].map(([tagName, tests]) => defineScalarTag(tagName, {
     implicit: true,
-    implicitFirstChars: null,
+    // js-yaml tries a tag only on scalars starting with one of these (yaml-core.ts).
+    implicitFirstChars: [...CORE_FIRST_CHARS.get(tagName)!],
     resolve: (source: string) => {
       for (const { test, resolve } of tests) if (test.test(source)) return resolve(source)
       return NOT_RESOLVED
@@ -127,7 +107,7 @@ function plainStringKey(text: string, event: Event): boolean {
   if (event.type !== EVENT_ID.SCALAR || text.slice(event.valueStart, event.valueEnd).includes('\n')) return false
   if (event.style !== SCALAR_STYLE.PLAIN) return true
   const key = getScalarValue(text, event)
-  return key !== '<<' && !CORE_TESTS.some(({ test }) => test.test(key))
+  return key !== '<<' && resolveCore(key) === NOT_CORE
 }
 
 /** Whether the events stay within what both parsers read alike (see the module's comment). */

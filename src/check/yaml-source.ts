@@ -3,9 +3,13 @@
  * from the quick parser where the file is within what it reads as `yaml` does (yaml-quick.ts); `yaml`'s document,
  * which keeps every node's position, is then parsed only if a problem has to be placed.
  */
-import { LineCounter, parseDocument, isMap, isPair, isScalar, isSeq, type Document, type Node } from 'yaml'
+import { createRequire } from 'node:module'
+import type { Document, LineCounter, Node } from 'yaml'
 import { ConfigError, formatPath, sortIssues, type ConfigIssue, type ConfigPath } from './config-error.js'
 import { quickYamlValue } from './yaml-quick.js'
+
+/** `yaml`, loaded only when a file is outside the quick parser's ground or a problem must be placed (30-45 ms). */
+const loadYaml = (): typeof import('yaml') => createRequire(import.meta.url)('yaml') as typeof import('yaml')
 
 export interface YamlSource {
   readonly value: unknown
@@ -23,6 +27,7 @@ export function readYaml(fileName: string, text: string): YamlSource {
 }
 
 function parseYaml(fileName: string, text: string): YamlSource {
+  const { LineCounter, parseDocument } = loadYaml()
   const lineCounter = new LineCounter()
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true })
   if (doc.errors.length > 0) {
@@ -41,6 +46,7 @@ function parseYaml(fileName: string, text: string): YamlSource {
 export type Locate = (configPath: ConfigPath, atKey?: boolean) => { line: number; col: number }
 
 function makeLocator(doc: Document, lineCounter: LineCounter): Locate {
+  const { isMap, isPair, isScalar } = loadYaml()
   return (configPath, atKey = false) => {
     let offset = 0
     // Walk down as far as the path exists, so a missing key points at its parent.
@@ -66,6 +72,7 @@ function makeLocator(doc: Document, lineCounter: LineCounter): Locate {
 
 /** The dotted path of the key or value at `offset` (where a YAML error points). */
 function pathAtOffset(node: unknown, offset: number, at: (string | number)[] = []): (string | number)[] {
+  const { isMap, isScalar, isSeq } = loadYaml()
   const inside = (n: unknown) => {
     const range = (n as Node | null | undefined)?.range
     return range !== undefined && range !== null && range[0] <= offset && offset < Math.max(range[1], range[0] + 1)

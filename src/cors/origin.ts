@@ -3,7 +3,14 @@
  * by hand at load (no URL class: it would normalize what the browser sends byte for byte, and no regex comes
  * from the config); a request's `Origin` is then compared as a string, or checked label by label for a pattern.
  */
-import { getPublicSuffix } from 'tldts'
+import { createRequire } from 'node:module'
+
+/**
+ * tldts (the Public Suffix List, 200 KB of CommonJS), loaded only when a pattern is checked: imported from ES modules,
+ * node would first scan it for its exports (about 20 ms of every `portcullis check`).
+ */
+const publicSuffixOf = (host: string): string | null =>
+  (createRequire(import.meta.url)('tldts') as typeof import('tldts')).getPublicSuffix(host, { allowPrivateDomains: true })
 
 /** One entry of `allowed_origins`, parsed. */
 export type AllowedOrigin =
@@ -58,7 +65,7 @@ function parsePattern(prefix: string, host: string, port: string): AllowedOrigin
   }
   if (!suffix.includes('.')) return `a pattern needs two labels after "*." (*.${suffix} would allow every site under a top-level domain)`
   // The Public Suffix List, private section included: *.co.uk, *.github.io and *.herokuapp.com are other people's sites.
-  if (getPublicSuffix(suffix, { allowPrivateDomains: true }) === suffix) {
+  if (publicSuffixOf(suffix) === suffix) {
     return `*.${suffix} would allow every site under a public suffix (Public Suffix List): name a domain registered under it`
   }
   return { kind: 'pattern', prefix, tail: `.${suffix}${port}` }

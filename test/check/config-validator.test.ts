@@ -2,6 +2,8 @@
  * The config schema's validator written by the build (scripts/config-validator.mjs): the built loader takes it
  * instead of compiling the schema, it judges every config as the compiled one does, and a written validator of
  * another schema is never taken. With the schema written too, a built process does not load TypeBox to build it.
+ * The validator's V8 code cache (src/check/code-cache.ts) is taken by a process with the CLI's flags, refused without
+ * harm by one with others, and never given to V8 for a validator of other text.
  */
 import { execFileSync } from 'node:child_process'
 import { cpSync, existsSync, mkdtempSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
@@ -102,5 +104,61 @@ export async function resolve(specifier, context, next) { const found = await ne
     const schemaFile = path.join(root, 'dist', 'check', 'config-schema.json')
     writeFileSync(schemaFile, JSON.stringify({ ...JSON.parse(readFileSync(schemaFile, 'utf8')) as object, fingerprint: '0'.repeat(64) }))
     expect(resolvedBy(path.join(root, 'dist')).some((url) => url.includes('typebox'))).toBe(true)
+  }, 30_000)
+
+  /** In a new process, as the CLI loads it (its flags set first): whether V8 took the code cache, and the verdicts on the shipped config and a bad one. */
+  function cacheUse(root: string, nodeArgs: string[] = []): { cache: string; shipped: boolean; bad: boolean } {
+    const at = (file: string) => JSON.stringify(pathToFileURL(path.join(root, file)).href)
+    const shipped = JSON.stringify(parse(readFileSync('config/portcullis.yaml', 'utf8')))
+    const out = execFileSync(process.execPath, [...nodeArgs, '--input-type=module', '-e', `
+      await import(${at('server/tick-shape.js')}); await import(${at('server/raise-inlining-budget.js')})
+      const validator = await import(${at('check/config-validator.js')})
+      const validate = validator.configValidator()
+      console.log(JSON.stringify({ cache: validator.writtenValidatorCache(), shipped: validate(${shipped}), bad: validate({ routes: 'all of them' }) }))`],
+    { encoding: 'utf8' })
+    return JSON.parse(out) as { cache: string; shipped: boolean; bad: boolean }
+  }
+
+  it('comes with a V8 code cache the CLI\'s process takes; a process with other flags refuses it and validates all the same', async () => {
+    await built()
+    expect(existsSync(`${WRITTEN}.v8-cache`)).toBe(true)
+    expect(cacheUse(DIST)).toEqual({ cache: 'taken', shipped: true, bad: false })
+    expect(cacheUse(DIST, ['--max-semi-space-size=64'])).toEqual({ cache: 'refused', shipped: true, bad: false })
+  }, 30_000)
+
+  it('never gives V8 the code cache of other text, and a damaged cache is refused, not run', async () => {
+    const { validator: original } = await built()
+    const root = mkdtempSync(path.join(tmpdir(), 'portcullis-code-cache-'))
+    symlinkSync(path.resolve('node_modules'), path.join(root, 'node_modules'))
+    cpSync(DIST, path.join(root, 'dist'), { recursive: true, filter: (file) => !file.endsWith('.map') })
+    const copy = path.join(root, 'dist')
+    const written = path.join(copy, 'check', 'config-validator.cjs')
+    // Other code of this schema's fingerprint beside the real validator's cache: the cache is not this text's, so not used.
+    const original_ = readFileSync(written, 'utf8')
+    writeFileSync(written, `module.exports = function validate() { return true }\nmodule.exports.fingerprint = ${JSON.stringify(original.schemaFingerprint())}\n`)
+    expect(cacheUse(copy)).toEqual({ cache: 'none', shipped: true, bad: true })
+    // The real validator again, its cache's data damaged past the digest: V8 refuses it, and the text is compiled.
+    writeFileSync(written, original_)
+    const cache = readFileSync(`${written}.v8-cache`)
+    for (let at = 64; at < cache.length; at += 97) cache[at] = (cache[at]! + 1) & 0xff
+    writeFileSync(`${written}.v8-cache`, cache)
+    expect(cacheUse(copy)).toEqual({ cache: 'refused', shipped: true, bad: false })
+  }, 30_000)
+
+  it('a quick-read file with no CORS pattern is checked without loading yaml or tldts', async () => {
+    await built()
+    const load = JSON.stringify(pathToFileURL(path.join(DIST, 'check', 'load.js')).href)
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', `
+      import { createRequire } from 'node:module'
+      const { loadConfig } = await import(${load})
+      const loaded = () => Object.keys(createRequire(import.meta.url).cache).filter((file) => /node_modules.(yaml|tldts)./.test(file)).length
+      loadConfig('x.yaml', 'upstreams: {a: {url: "http://127.0.0.1:1"}}\\nroutes: [{id: a, path: /a, upstream: a, auth: none}]\\n', {})
+      const quick = loaded()
+      try { loadConfig('x.yaml', 'upstreams: {a: {url: "http://127.0.0.1:1"}}\\nroutes: [{id: a, path: /a, upstream: nowhere, auth: none}]\\n', {}) } catch {}
+      console.log(JSON.stringify({ quick, placed: loaded() }))`], { encoding: 'utf8' })
+    // A problem to place loads yaml (so the count above can be other than zero).
+    const { quick, placed } = JSON.parse(out) as { quick: number; placed: number }
+    expect(quick).toBe(0)
+    expect(placed).toBeGreaterThan(0)
   }, 30_000)
 })
