@@ -8,7 +8,7 @@ import { setPriority } from 'node:os'
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads'
 import { ConfigError, loadConfig } from './load.js'
 import { collectAll } from '../common/young-collection.js'
-import { warmUpConfigText } from './warm-up.js'
+import { warmUpConfigTexts } from './warm-up.js'
 
 const ROUTES_PER_MESSAGE = 500
 
@@ -34,13 +34,16 @@ function load({ fileName, text, env, routesPort }: Job): void {
   }
 }
 
+/** Rounds over the warm-up's configs: enough calls of what runs once a load for V8 to optimize it (warm-up.ts). */
+const WARM_UP_ROUNDS = 4
+
 /**
- * A thread started ahead of its load loads a small config of every kind of route, and drops it, so that its parse,
- * schema check and route compile run as compiled code when the file comes (docs/performance.md, routes).
+ * A thread started ahead of its load loads small configs of every kind of route in several shapes, and drops them, so
+ * that its parse, schema check and route compile run as optimized code when the file comes (warm-up.ts).
  */
 function warmUp(): void {
-  const text = warmUpConfigText()
-  for (let round = 0; round < 3; round++) loadConfig('warm-up.yaml', text, {})
+  const texts = warmUpConfigTexts()
+  for (let round = 0; round < WARM_UP_ROUNDS; round++) for (const text of texts) loadConfig('warm-up.yaml', text, {})
   // What the warm-up allocated is garbage now: collected while the thread waits, not during the load to come.
   collectAll()
 }

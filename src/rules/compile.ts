@@ -101,47 +101,53 @@ export function* compileRuleSteps(config: GatewayConfig): Steps<CompiledRules> {
   const resources = compileResources(config).byRoute
   const impliedBy = compileScopeImplies(config.scope_implies, problems)
   const rateLimits = compileRateLimits(config, problems).byRoute
-  for (const [index, route] of config.routes.entries()) {
+  const routes = config.routes
+  for (let index = 0; index < routes.length; index++) {
     if (index > 0 && index % SLICE === 0) yield
-    const at = ['routes', index]
-    if (ids.has(route.id)) problems.push({ path: [...at, 'id'], message: `duplicate route id (also routes[${ids.get(route.id)}])` })
+    const route = routes[index]!
+    // The path to a key of this route, for a problem (made only then, or for a section the route has).
+    const at = (...keys: Array<string | number>): Array<string | number> => ['routes', index, ...keys]
+    const earlier = ids.get(route.id)
+    if (earlier !== undefined) problems.push({ path: at('id'), message: `duplicate route id (also routes[${earlier}])` })
     ids.set(route.id, index)
     if (!Object.hasOwn(config.upstreams, route.upstream)) {
-      problems.push({ path: [...at, 'upstream'], message: `unknown upstream "${route.upstream}"${didYouMean(route.upstream, Object.keys(config.upstreams))}` })
+      problems.push({ path: at('upstream'), message: `unknown upstream "${route.upstream}"${didYouMean(route.upstream, Object.keys(config.upstreams))}` })
     }
     const auth = route.auth ?? 'required'
     if (auth === 'none' && (route.scopes?.all?.length || route.scopes?.any?.length)) {
-      problems.push({ path: [...at, 'scopes'], message: 'scopes need auth: required or optional' })
+      problems.push({ path: at('scopes'), message: 'scopes need auth: required or optional' })
     }
     const compiled = compilePattern(route.path)
     if (typeof compiled === 'string') {
-      problems.push({ path: [...at, 'path'], message: compiled })
+      problems.push({ path: at('path'), message: compiled })
       continue
     }
-    for (const key of ['claims', 'claim_headers'] as const) {
-      if (auth === 'none' && route[key]) problems.push({ path: [...at, key], message: `${key} needs auth: required or optional` })
-    }
-    const claims = compileConditions(route.claims, [...at, 'claims'], compiled.params, problems) ?? null
-    const claimHeaders = compileClaimHeaders(route.claim_headers, [...at, 'claim_headers'], reserved, problems)
+    if (auth === 'none' && route.claims) problems.push({ path: at('claims'), message: 'claims needs auth: required or optional' })
+    if (auth === 'none' && route.claim_headers) problems.push({ path: at('claim_headers'), message: 'claim_headers needs auth: required or optional' })
+    const claims = route.claims === undefined ? null : compileConditions(route.claims, at('claims'), compiled.params, problems) ?? null
+    const claimHeaders = route.claim_headers === undefined ? null : compileClaimHeaders(route.claim_headers, at('claim_headers'), reserved, problems)
     const resource = resources.get(route.id) ?? null
+    const methods = route.methods ? new Set(route.methods) : null
     rules.push({
       id: route.id,
       index,
       path: route.path,
-      ...compiled,
+      segments: compiled.segments,
+      rank: compiled.rank,
+      params: compiled.params,
       claims,
       claimHeaders,
       resource,
       challenge: resource === null ? null : { metadataUrl: resource.metadataUrl, scope: challengeScope(route) },
-      methods: route.methods ? new Set(route.methods) : null,
+      methods,
       upstream: route.upstream,
       auth,
       scopesAll: route.scopes?.all ?? [],
       scopesAny: route.scopes?.any ?? null,
       impliedBy,
       maxBodySize: route.max_body_size ? parseSize(route.max_body_size) : defaultMaxBody,
-      cors: compileCorsPolicy(config.cors, route.cors, route.methods ? new Set(route.methods) : null),
-      mcp: compileMcp(route.mcp, [...at, 'mcp'], auth, compiled.params, problems),
+      cors: compileCorsPolicy(config.cors, route.cors, methods),
+      mcp: route.mcp === undefined ? null : compileMcp(route.mcp, at('mcp'), auth, compiled.params, problems),
       stripAuthorization: route.mcp !== undefined && config.forward?.strip_authorization === undefined,
       dpop: route.dpop ?? null,
       rateLimits: rateLimits.get(route.id) ?? null,

@@ -45,32 +45,48 @@ export function compilePattern(pattern: string): CompiledPattern | string {
   if (pattern === '/') return { segments: [''], rank: [], params: NO_PARAMS }
   const segments = pattern.slice(1).split('/')
   const rank: number[] = []
-  const params = new Map<string, number>()
-  for (const [i, segment] of segments.entries()) {
+  const canonical: string[] = []
+  let params: Map<string, number> | undefined
+  for (let i = 0; i < segments.length; i++) {
+    const segment = segments[i]!
+    // Most segments are plain literals: characters LITERAL_SEGMENT allows cannot make `*`, `**`, `{name}` or the
+    // request hygiene's forbidden characters, so only an escape or a dot-segment is left to look at.
+    if (segment !== '' && LITERAL_SEGMENT.test(segment)) {
+      if (segment === '.' || segment === '..') return 'has a dot-segment'
+      if (segment.includes('%') && pathProblem(`/${segment}`)) return `segment "${segment}" has a character a request path cannot carry`
+      rank.push(LITERAL)
+      canonical.push(segment.includes('%') ? canonicalSegment(segment) : segment)
+      continue
+    }
     const param = PARAM_SEGMENT.exec(segment)
     if (segment === '**') {
       if (segments[i - 1] === '**') return 'has "**" twice in a row'
       rank.push(GLOBSTAR)
+      canonical.push(segment)
     } else if (segment === '*') {
       rank.push(STAR)
+      canonical.push(segment)
     } else if (param) {
       // A named `*`: one non-empty segment, ranked as `*`.
+      params ??= new Map<string, number>()
       if (params.has(param[1]!)) return `has the path parameter {${param[1]}} twice`
       params.set(param[1]!, i)
       rank.push(STAR)
+      canonical.push('*')
     } else if (segment.includes('{') || segment.includes('}')) {
       return `segment "${segment}": a path parameter is a whole segment, {name}, of letters, digits and _ (not starting with a digit)`
-    } else {
-      if (segment.includes('*')) return `segment "${segment}": "*" and "**" must be whole segments`
-      if (segment === '' && i !== segments.length - 1) return 'has an empty segment ("//")'
-      if (segment === '.' || segment === '..') return 'has a dot-segment'
-      // A literal the request hygiene refuses could never match: say so at load time.
-      if (!LITERAL_SEGMENT.test(segment) || pathProblem(`/${segment}`)) return `segment "${segment}" has a character a request path cannot carry`
+    } else if (segment.includes('*')) {
+      return `segment "${segment}": "*" and "**" must be whole segments`
+    } else if (segment === '') {
+      if (i !== segments.length - 1) return 'has an empty segment ("//")'
       rank.push(LITERAL)
+      canonical.push(segment)
+    } else {
+      // A literal the request hygiene refuses could never match: say so at load time.
+      return `segment "${segment}" has a character a request path cannot carry`
     }
   }
-  const canonical = segments.map((segment) => (PARAM_SEGMENT.test(segment) ? '*' : segment.includes('%') ? canonicalSegment(segment) : segment))
-  const positions = paramPositions(canonical, params)
+  const positions = params === undefined ? NO_PARAMS : paramPositions(canonical, params)
   if (typeof positions === 'string') return positions
   return { segments: canonical, rank, params: positions }
 }
