@@ -86,13 +86,17 @@ export interface CompiledRules { rules: CompiledRule[]; problems: Problem[] }
 /** Routes compiled between two places a slice may pause (common/slices.ts): well under its time budget. */
 const SLICE = 25
 
-/** The route table of `config`, in one go (loading, `portcullis check`, the first start). */
+/** The route table of `config`, in one go, every problem checked (loading, `portcullis check`). */
 export function compileRules(config: GatewayConfig): CompiledRules {
   return runAtOnce(compileRuleSteps(config))
 }
 
-/** The route table as steps: yields after every {@link SLICE} routes; returns the sorted table and every problem. */
-export function* compileRuleSteps(config: GatewayConfig): Steps<CompiledRules> {
+/**
+ * The route table as steps: yields after every {@link SLICE} routes; returns the sorted table and its problems. A
+ * runtime built from a loaded config passes `checkTies: false`: the load has found every tie already (lint.ts), and
+ * the check is the one part of the compile that finds problems only.
+ */
+export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: { checkTies?: boolean } = {}): Steps<CompiledRules> {
   const defaultMaxBody = parseSize(config.server?.max_body_size ?? '10mb')
   const rules: CompiledRule[] = []
   const problems: Problem[] = []
@@ -156,8 +160,10 @@ export function* compileRuleSteps(config: GatewayConfig): Steps<CompiledRules> {
   }
   yield
   rules.sort(compareRules)
-  yield
-  yield* tieSteps(rules, problems)
+  if (checkTies) {
+    yield
+    yield* tieSteps(rules, problems)
+  }
   return { rules, problems }
 }
 
@@ -213,8 +219,13 @@ function reportTie(a: CompiledRule, b: CompiledRule, problems: Problem[]): void 
   })
 }
 
-/** Every claim path the routes read (conditions and claim headers). */
+/** Every claim path the routes read (conditions and claim headers); nothing made for a route that reads none. */
 export function routeClaimPaths(rules: readonly CompiledRule[]): ClaimPath[] {
-  return rules.flatMap((rule) => [...conditionPaths(rule.claims ?? undefined), ...(rule.claimHeaders ?? []).map((header) => header.path),
-    ...mcpClaimPaths(rule.mcp)])
+  const paths: ClaimPath[] = []
+  for (const rule of rules) {
+    if (rule.claims !== null) paths.push(...conditionPaths(rule.claims))
+    if (rule.claimHeaders !== null) for (const header of rule.claimHeaders) paths.push(header.path)
+    if (rule.mcp !== null) paths.push(...mcpClaimPaths(rule.mcp))
+  }
+  return paths
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
-import { compileRules, type CompiledRule } from './compile.js'
+import { runAtOnce } from '../common/slices.js'
+import { compileRuleSteps, compileRules, type CompiledRule } from './compile.js'
 import { allowedMethods, matchRule } from './match.js'
 import { splitPath } from './segments.js'
 
@@ -190,6 +191,16 @@ describe('compile problems', () => {
   it('reports two routes with the same pattern and overlapping methods as a tie', () => {
     expect(problemsOf({ id: 'one', path: '/x/*', methods: ['GET', 'POST'] }, { id: 'two', path: '/x/*', methods: ['POST'] }))
       .toEqual([{ path: ['routes', 1, 'path'], message: 'ties with routes[0] ("one"): same path shape and overlapping methods' }])
+  })
+
+  it('looks for ties unless asked not to (a runtime built from a loaded config), and compiles the same table either way', () => {
+    const config = configOf([{ id: 'one', path: '/y/**' }, { id: 'two', path: '/y/**' }, { id: 'bad', path: '/a//b' }])
+    const checked = compileRules(config)
+    const unchecked = runAtOnce(compileRuleSteps(config, { checkTies: false }))
+    expect(checked.problems.map((problem) => problem.message)).toEqual(['has an empty segment ("//")',
+      'ties with routes[0] ("one"): same path shape and overlapping methods'])
+    expect(unchecked.problems.map((problem) => problem.message)).toEqual(['has an empty segment ("//")'])
+    expect(unchecked.rules.map((rule) => rule.id)).toEqual(checked.rules.map((rule) => rule.id))
   })
 
   it('reports two all-methods routes with the same pattern as a tie', () => {

@@ -13,7 +13,7 @@ const ROUTABLE_METHODS: ReadonlySet<string> = new Set(HTTP_METHODS)
 
 /** The most specific rule for this method and (origin-form) path, or undefined (then see {@link allowedMethods}). */
 export function matchRule(rules: readonly CompiledRule[], method: string, path: string): CompiledRule | undefined {
-  return matchSplitRule(new RouteIndex(rules), method, path, splitPath(path))
+  return matchSplitRule(RouteIndex.of(rules), method, path, splitPath(path))
 }
 
 /** {@link matchRule} on the table's index, with the path already split ({@link splitPath}), for a caller that reads the segments too. */
@@ -28,7 +28,7 @@ export function matchSplitRule(table: RouteIndex, method: string, path: string, 
  */
 export function allowedMethods(table: RouteIndex | readonly CompiledRule[], path: string, segments?: readonly string[]): string[] {
   if (!path.startsWith('/')) return []
-  const index = table instanceof RouteIndex ? table : new RouteIndex(table)
+  const index = table instanceof RouteIndex ? table : RouteIndex.of(table)
   const allowed = new Set<string>()
   for (const rule of index.matchingAnyMethod(segments ?? splitPath(path))) {
     for (const method of rule.methods ?? ROUTABLE_METHODS) allowed.add(method)

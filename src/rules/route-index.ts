@@ -6,11 +6,14 @@
  * can shift it), so the candidates for a path are the rules filed along the path's own walk down the tree: a
  * handful of short lists, tried in the table's order. Small tables are scanned as before (as fast, and simpler).
  */
+import { runAtOnce, type Steps } from '../common/slices.js'
 import type { CompiledRule } from './compile.js'
 import { matchSegments } from './segments.js'
 
 /** Up to this many rules a scan of all of them costs no more than the walk. */
 const SCAN_UP_TO = 32
+/** Rules filed between two places a hot reload's build may pause (common/slices.ts). */
+const FILED_PER_STEP = 500
 
 interface Node {
   readonly children: Map<string, Node>
@@ -27,16 +30,18 @@ function literalPrefixLength(segments: readonly string[]): number {
 }
 
 export class RouteIndex {
-  private readonly root: Node | null
+  /** The index of `rules`, in one go. */
+  static of(rules: readonly CompiledRule[]): RouteIndex {
+    return runAtOnce(RouteIndex.steps(rules))
+  }
 
-  /** @param rules the compiled table, most specific first */
-  constructor(readonly rules: readonly CompiledRule[]) {
-    if (rules.length <= SCAN_UP_TO) {
-      this.root = null
-      return
-    }
+  /** The index of a table, filed a part at a time (a hot reload builds it between requests: common/slices.ts). */
+  static* steps(rules: readonly CompiledRule[]): Steps<RouteIndex> {
+    if (rules.length <= SCAN_UP_TO) return new RouteIndex(rules, null)
     const root = newNode()
-    rules.forEach((rule, position) => {
+    for (let position = 0; position < rules.length; position++) {
+      if (position > 0 && position % FILED_PER_STEP === 0) yield
+      const rule = rules[position]!
       let node = root
       const end = literalPrefixLength(rule.segments)
       for (let i = 0; i < end; i++) {
@@ -46,9 +51,12 @@ export class RouteIndex {
         node = child
       }
       node.rules.push(position)
-    })
-    this.root = root
+    }
+    return new RouteIndex(rules, root)
   }
+
+  /** @param rules the compiled table, most specific first; `root`: its tree ({@link RouteIndex.steps}), null to scan */
+  private constructor(readonly rules: readonly CompiledRule[], private readonly root: Node | null) {}
 
   /** The candidate lists along the path's walk down the tree, root first. */
   private candidates(root: Node, segments: readonly string[]): number[][] {

@@ -108,7 +108,8 @@ export function buildRuntimeInSlices(config: GatewayConfig, deps: RuntimeDepende
 }
 
 function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previous: GatewayRuntime | undefined): Steps<GatewayRuntime> {
-  const { rules } = yield* compileRuleSteps(config)
+  // A config is served only once loaded (check/load.ts), whose lint has found every tie: not looked for again here.
+  const { rules } = yield* compileRuleSteps(config, { checkTies: false })
   const plan = compileClaimPlan(config, rules)
   yield
   const authn = authnSource(config, plan)
@@ -153,7 +154,7 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
     dpop.settings.forwardProof ? [] : ['dpop'])
   enterKnownHeaderNames(addedHeaderNames(headerPolicy, plan.headerNames))
   yield
-  const routes = new RouteIndex(rules)
+  const routes = yield* RouteIndex.steps(rules)
   yield
   const cors = compileCorsRuntime(config, rules)
   return {

@@ -51,7 +51,7 @@ describe('the route index', () => {
       }
       // Ties and bad patterns are set aside: the table is what compiles.
       const { rules } = compileRules(config(routes))
-      const index = new RouteIndex(rules)
+      const index = RouteIndex.of(rules)
       expect(rules.length).toBeGreaterThan(32)
       for (let n = 0; n < 3000; n++) {
         const depth = Math.floor(next() * 6)
@@ -76,7 +76,7 @@ describe('the route index', () => {
     const { rules, problems } = compileRules(config(routes))
     expect(problems).toEqual([])
     expect(rules).toHaveLength(10_000)
-    const index = new RouteIndex(rules)
+    const index = RouteIndex.of(rules)
     expect(index.match('PUT', splitPath('/svc-2499/v1/items/42'))?.id).toBe('item-2499')
     expect(index.match('POST', splitPath('/svc-2499/v1/items/42'))?.id).toBe('rest-2499')
     expect(index.match('GET', splitPath('/svc-17/v1/x/search'))?.id).toBe('any-17')
