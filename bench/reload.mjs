@@ -1,9 +1,12 @@
 // Does a hot reload of a large route table stall requests in flight? (a measurement, not a test)
-//   npm run build && node bench/reload.mjs [--routes 10000] [--rate 400] [--seconds 8] [--reloads 3] [--pin] [--profile DIR] [--against DIR]
+//   npm run build && node bench/reload.mjs [--routes 10000] [--rate 400] [--warmup 10] [--seconds 8] [--reloads 3] [--pin] [--profile DIR] [--against DIR]
 // Starts `portcullis start` (this build, or DIR's) with `routes` routes to the built-in echo upstream, sends
 // requests on a fixed schedule (open loop: one every 1/rate s, whatever the answers do), and SIGHUPs a changed file
 // `reloads` times, from the second second on. Each request's latency is put in the
-// window it was sent in: during a reload (from the signal to the "config reloaded" line, plus 100 ms) or not.
+// window it was sent in: during a reload (from the signal to the "config reloaded" line, plus 100 ms) or not. The
+// first `warmup` seconds of the schedule are not counted, and no reload is sent in them: a gateway in service has
+// run its request path long enough for V8 to have optimized it (at 400 requests/s that takes a few seconds, and
+// without the warm-up that compiling, on threads of their own, landed in the first reloads' windows).
 // Prints p50/p99/max of both and how many took over 10 ms, and each reload's duration from the log. --pin: Portcullis (and its reload worker) on
 // CPU 0 alone, this load generator on CPU 1 (taskset): a reload then competes with the requests for one core.
 // --profile DIR: V8 CPU profiles of Portcullis's threads (the main one and each loader) into DIR.
@@ -21,6 +24,7 @@ import { stringify } from 'yaml'
 const { values: opts } = parseArgs({
   options: {
     routes: { type: 'string', default: '10000' }, rate: { type: 'string', default: '400' }, seconds: { type: 'string', default: '8' },
+    warmup: { type: 'string', default: '10' },
     reloads: { type: 'string', default: '3' }, against: { type: 'string' }, pin: { type: 'boolean', default: false },
     profile: { type: 'string' },
   },
@@ -30,6 +34,7 @@ const ROUTES = Number(opts.routes)
 const RATE = Number(opts.rate)
 const SECONDS = Number(opts.seconds)
 const RELOADS = Number(opts.reloads)
+const WARMUP_MS = Number(opts.warmup) * 1000
 const PORT = 20000 + Math.floor(Math.random() * 20000)
 
 function configText(generation) {
@@ -102,21 +107,21 @@ const tick = async () => {
     const path = `/svc-${(n * 7919) % services}/v1/items/${n}`
     inFlight.push(request(`${base}${path}`, { dispatcher: agent, method: 'PUT', body: '' }).then(async (res) => {
       await res.body.dump()
-      samples.push({ at, ms: performance.now() - at, status: res.statusCode })
-    }, () => samples.push({ at, ms: performance.now() - at, status: 0 })))
+      if (at >= started + WARMUP_MS) samples.push({ at, ms: performance.now() - at, status: res.statusCode })
+    }, () => { if (at >= started + WARMUP_MS) samples.push({ at, ms: performance.now() - at, status: 0 }) }))
   }
 }
 const timer = setInterval(tick, 1)
 // Each reload is sent a second and a half after the previous one finished (its "config reloaded" line), so the
 // windows never overlap however long a reload takes.
 for (let r = 1; r <= RELOADS; r++) {
-  await sleep(r === 1 ? 2000 : 1500)
+  await sleep(r === 1 ? WARMUP_MS + 2000 : 1500)
   writeFileSync(file, texts[r - 1])
   signals.push(performance.now())
   child.kill('SIGHUP')
   while (reloaded.length < r) await sleep(10)
 }
-await sleep(Math.max(0, SECONDS * 1000 - (performance.now() - started)))
+await sleep(Math.max(0, WARMUP_MS + SECONDS * 1000 - (performance.now() - started)))
 clearInterval(timer)
 await Promise.all(inFlight)
 child.kill('SIGTERM')

@@ -10,7 +10,8 @@ import { ConfigError, loadConfig } from './load.js'
 import { collectAll } from '../common/young-collection.js'
 import { warmUpConfigTexts } from './warm-up.js'
 
-const ROUTES_PER_MESSAGE = 500
+/** Each is one event-loop turn's taking in (a few milliseconds beside a busy core; see common/slices.ts). */
+const ROUTES_PER_MESSAGE = 200
 
 // A lower scheduling priority for this thread alone (on Linux a nice value is per thread; pid 0 is the caller):
 // where the gateway has no core to spare, the event loop gets about nine tenths of it while the parse runs, not
