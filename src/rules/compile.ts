@@ -105,6 +105,15 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
   const resources = compileResources(config).byRoute
   const impliedBy = compileScopeImplies(config.scope_implies, problems)
   const rateLimits = compileRateLimits(config, problems).byRoute
+  // A route without a `cors` of its own takes the top level's: one policy per method list, not one per route (each
+  // compile parses `cors.allowed_origins` again; policies are immutable, so rules may share one).
+  const corsByMethods = new Map<string, CorsPolicy | null>()
+  const topLevelCors = (methods: ReadonlySet<string> | null): CorsPolicy | null => {
+    const key = methods === null ? '*' : [...methods].sort().join(' ')
+    let policy = corsByMethods.get(key)
+    if (policy === undefined) corsByMethods.set(key, policy = compileCorsPolicy(config.cors, undefined, methods))
+    return policy
+  }
   const routes = config.routes
   for (let index = 0; index < routes.length; index++) {
     if (index > 0 && index % SLICE === 0) yield
@@ -150,7 +159,7 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
       scopesAny: route.scopes?.any ?? null,
       impliedBy,
       maxBodySize: route.max_body_size ? parseSize(route.max_body_size) : defaultMaxBody,
-      cors: compileCorsPolicy(config.cors, route.cors, methods),
+      cors: route.cors === undefined ? topLevelCors(methods) : compileCorsPolicy(config.cors, route.cors, methods),
       mcp: route.mcp === undefined ? null : compileMcp(route.mcp, at('mcp'), auth, compiled.params, problems),
       stripAuthorization: route.mcp !== undefined && config.forward?.strip_authorization === undefined,
       dpop: route.dpop ?? null,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { runAtOnce } from '../common/slices.js'
+import { compileCorsPolicy } from '../cors/policy.js'
 import { compileRuleSteps, compileRules, type CompiledRule } from './compile.js'
 import { allowedMethods, matchRule } from './match.js'
 import { splitPath } from './segments.js'
@@ -201,6 +202,27 @@ describe('compile problems', () => {
       'ties with routes[0] ("one"): same path shape and overlapping methods'])
     expect(unchecked.problems.map((problem) => problem.message)).toEqual(['has an empty segment ("//")'])
     expect(unchecked.rules.map((rule) => rule.id)).toEqual(checked.rules.map((rule) => rule.id))
+  })
+
+  it('gives routes without a cors of their own the top level\'s policy, one per method list, as compiled for each', () => {
+    const cors = { allowed_origins: ['https://app.example.com', 'https://*.example.org'], allow_credentials: true }
+    const config = {
+      ...configOf([
+        { id: 'a', path: '/a', methods: ['GET', 'POST'] }, { id: 'b', path: '/b', methods: ['POST', 'GET'] }, { id: 'c', path: '/c' },
+        { id: 'd', path: '/d' }, { id: 'own', path: '/own', cors: { allowed_origins: ['https://other.example.net'] } }, { id: 'off', path: '/off', cors: false },
+      ]),
+      cors,
+    }
+    const byId = new Map(compileRules(config).rules.map((rule) => [rule.id, rule]))
+    for (const rule of byId.values()) {
+      const route = config.routes.find((r) => r.id === rule.id)!
+      expect(rule.cors).toEqual(compileCorsPolicy(cors, route.cors, route.methods ? new Set(route.methods) : null))
+    }
+    expect(byId.get('a')!.cors).toBe(byId.get('b')!.cors)
+    expect(byId.get('c')!.cors).toBe(byId.get('d')!.cors)
+    expect(byId.get('a')!.cors).not.toBe(byId.get('c')!.cors)
+    expect(byId.get('own')!.cors!.exact.has('https://other.example.net')).toBe(true)
+    expect(byId.get('off')!.cors).toBeNull()
   })
 
   it('reports two all-methods routes with the same pattern as a tie', () => {
