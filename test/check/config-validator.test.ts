@@ -115,7 +115,8 @@ export async function resolve(specifier, context, next) { const found = await ne
       const validator = await import(${at('check/config-validator.js')})
       const validate = validator.configValidator()
       console.log(JSON.stringify({ cache: validator.writtenValidatorCache(), shipped: validate(${shipped}), bad: validate({ routes: 'all of them' }) }))`],
-    { encoding: 'utf8' })
+    // No NODE_OPTIONS of the environment: V8 flags there (--max-old-space-size) are flags the cache was not made with.
+    { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } })
     return JSON.parse(out) as { cache: string; shipped: boolean; bad: boolean }
   }
 
