@@ -8,8 +8,10 @@ import type { Document, LineCounter, Node } from 'yaml'
 import { ConfigError, formatPath, sortIssues, type ConfigIssue, type ConfigPath } from './config-error.js'
 import { quickYamlValue } from './yaml-quick.js'
 
+const requireHere = createRequire(import.meta.url)
+
 /** `yaml`, loaded only when a file is outside the quick parser's ground or a problem must be placed (30-45 ms). */
-const loadYaml = (): typeof import('yaml') => createRequire(import.meta.url)('yaml') as typeof import('yaml')
+const loadYaml = (): typeof import('yaml') => requireHere('yaml') as typeof import('yaml')
 
 export interface YamlSource {
   readonly value: unknown

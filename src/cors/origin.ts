@@ -9,8 +9,9 @@ import { createRequire } from 'node:module'
  * tldts (the Public Suffix List, 200 KB of CommonJS), loaded only when a pattern is checked: imported from ES modules,
  * node would first scan it for its exports (about 20 ms of every `portcullis check`).
  */
+const requireHere = createRequire(import.meta.url)
 const publicSuffixOf = (host: string): string | null =>
-  (createRequire(import.meta.url)('tldts') as typeof import('tldts')).getPublicSuffix(host, { allowPrivateDomains: true })
+  (requireHere('tldts') as typeof import('tldts')).getPublicSuffix(host, { allowPrivateDomains: true })
 
 /** One entry of `allowed_origins`, parsed. */
 export type AllowedOrigin =
