@@ -4,17 +4,19 @@
  * one load and is ended with it, so the memory a large parse takes goes with it. With a large route table the
  * thread of the next load is started ahead ({@link ConfigLoader.keepAheadFor}): it waits with its modules loaded, and
  * a reload does not wait for that (a quarter to half a second). The routes come back in pieces, one taken in per
- * event-loop turn (the young generation collected after each, common/young-collection.ts). Run from the TypeScript
+ * event-loop turn (the young generation collected after each, common/young-collection.ts). The thread reads the file
+ * and takes its SHA-256 too: the event loop never holds the text (a megabyte for 10,000 routes, read, hashed and
+ * copied to the thread on it, then copied twice by the young generation's collections). Run from the TypeScript
  * sources (the test runner), where there is no compiled worker next to this module, it is the same load on this
  * thread.
  */
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { nextTurn } from '../common/slices.js'
 import { collectYoung } from '../common/young-collection.js'
-import { ConfigError, freezeConfig, loadConfig, type ConfigIssue } from './load.js'
+import { ConfigError, configDigest, freezeConfig, loadConfig, type ConfigIssue } from './load.js'
 
 const WORKER = new URL('./load-worker.js', import.meta.url)
 
@@ -24,7 +26,39 @@ const WORKER = new URL('./load-worker.js', import.meta.url)
  */
 export const LOAD_AHEAD_ROUTES = 1_000
 
-type Answer = { ok: true; config: GatewayConfig; pieces: number } | { ok: false; fileName?: string; issues?: ConfigIssue[]; message?: string }
+/** A reload's file: the SHA-256 of its text, and its config unless that digest is the one in service. */
+export interface Reloaded {
+  readonly digest: string
+  /** Absent when the file's digest is the one the caller serves (`load`'s `served`): nothing to reload. */
+  readonly config?: GatewayConfig
+}
+
+/** The config file could not be read: the reload keeps the config in service (and says why apart from an invalid one). */
+export class UnreadableConfig extends Error {}
+
+/** A reload's job, as the loader thread gets it (load-worker.ts). */
+export interface LoadJob {
+  readonly fileName: string
+  readonly env: NodeJS.ProcessEnv
+  readonly served: string | undefined
+  readonly routesPort: MessagePort
+}
+
+export type Answer = { ok: true; digest: string; unchanged: true }
+  | { ok: true; digest: string; config: GatewayConfig; pieces: number }
+  | { ok: false; unreadable: string }
+  | { ok: false; fileName?: string; issues?: ConfigIssue[]; message?: string }
+
+/** The file's text and its SHA-256; UnreadableConfig when it cannot be read. */
+export function readForReload(fileName: string): { text: string; digest: string } {
+  let text: string
+  try {
+    text = readFileSync(fileName, 'utf8')
+  } catch (error) {
+    throw new UnreadableConfig((error as Error).message)
+  }
+  return { text, digest: configDigest(text) }
+}
 
 /** Loads configs off the event loop, one thread per load; see the module's comment. */
 export class ConfigLoader {
@@ -43,18 +77,37 @@ export class ConfigLoader {
     else void this.#stopAhead()
   }
 
-  load(fileName: string, text: string, env: NodeJS.ProcessEnv): Promise<GatewayConfig> {
-    if (!this.#compiled) return Promise.resolve().then(() => loadConfig(fileName, text, env))
+  /**
+   * Reads and loads `fileName`; with `served`, the digest of the config in service, a file of that digest is not
+   * loaded (a watch event for a file that did not change) and its thread waits on for the next load.
+   */
+  load(fileName: string, env: NodeJS.ProcessEnv, served?: string): Promise<Reloaded> {
+    if (!this.#compiled) {
+      return Promise.resolve().then(() => {
+        const { text, digest } = readForReload(fileName)
+        return digest === served ? { digest } : { digest, config: loadConfig(fileName, text, env) }
+      })
+    }
     const worker = this.#ahead ?? startLoader()
     this.#ahead = undefined
     worker.ref()
-    return loadOn(worker, fileName, text, env)
+    return loadOn(worker, { fileName, env: { ...env }, served }, () => this.#takeBack(worker))
   }
 
   /** Ends the thread waiting ahead, if any (shutdown). */
   close(): Promise<void> {
     this.#keepAhead = false
     return this.#stopAhead()
+  }
+
+  /** A thread whose file was unchanged has loaded nothing: it waits on as the next load's, if one is wanted. */
+  #takeBack(worker: Worker): void {
+    if (this.#keepAhead && this.#ahead === undefined) {
+      worker.unref()
+      this.#ahead = worker
+    } else {
+      void worker.terminate()
+    }
   }
 
   #startAhead(): void {
@@ -82,20 +135,29 @@ function startLoader(warmUp = false): Worker {
   return worker
 }
 
-function loadOn(worker: Worker, fileName: string, text: string, env: NodeJS.ProcessEnv): Promise<GatewayConfig> {
+function loadOn(worker: Worker, job: Omit<LoadJob, 'routesPort'>, takeBack: () => void): Promise<Reloaded> {
   const { port1: routesIn, port2: routesOut } = new MessageChannel()
-  return new Promise<GatewayConfig>((resolve, reject) => {
+  return new Promise<Reloaded>((resolve, reject) => {
     let answered = false
+    const onError = (error: Error) => { answered = true; reject(error) }
+    const onExit = (code: number) => { if (!answered) reject(new Error(`the config loader stopped (exit code ${code})`)) }
     worker.once('message', (answer: Answer) => {
       answered = true
-      if (answer.ok) resolve(takeRoutes(answer.config, answer.pieces, routesIn))
-      else if (answer.issues !== undefined) reject(new ConfigError(answer.fileName ?? fileName, answer.issues))
+      worker.off('error', onError).off('exit', onExit)
+      if (answer.ok && 'unchanged' in answer) {
+        resolve({ digest: answer.digest })
+        takeBack()
+        return
+      }
+      if (answer.ok) resolve(takeRoutes(answer.config, answer.pieces, routesIn).then((config) => ({ digest: answer.digest, config })))
+      else if ('unreadable' in answer) reject(new UnreadableConfig(answer.unreadable))
+      else if (answer.issues !== undefined) reject(new ConfigError(answer.fileName ?? job.fileName, answer.issues))
       else reject(new Error(answer.message ?? 'the config could not be loaded'))
       void worker.terminate()
     })
-    worker.once('error', (error) => { answered = true; reject(error) })
-    worker.once('exit', (code) => { if (!answered) reject(new Error(`the config loader stopped (exit code ${code})`)) })
-    worker.postMessage({ fileName, text, env: { ...env }, routesPort: routesOut }, [routesOut])
+    worker.once('error', onError)
+    worker.once('exit', onExit)
+    worker.postMessage({ ...job, routesPort: routesOut } satisfies LoadJob, [routesOut])
   }).finally(() => routesIn.close())
 }
 

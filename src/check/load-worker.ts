@@ -1,12 +1,14 @@
 /**
- * The body of the worker thread that loads a config off the event loop (load-off-thread.ts): parse, schema and
- * every lint, as `loadConfig`; the result goes back as a plain value, or the ConfigError's issues. The routes go
+ * The body of the worker thread that loads a config off the event loop (load-off-thread.ts): it reads the file and
+ * takes its digest, then parse, schema and every lint, as `loadConfig`; the result goes back as a plain value, or
+ * the ConfigError's issues. A file of the digest in service is not loaded, and the thread waits for the next job. The routes go
  * back apart, {@link ROUTES_PER_MESSAGE} a message on their own port, so that the event loop takes them in
  * pieces: 10,000 routes in one message take tens of milliseconds to copy in.
  */
 import { setPriority } from 'node:os'
-import { parentPort, workerData, type MessagePort } from 'node:worker_threads'
+import { parentPort, workerData } from 'node:worker_threads'
 import { ConfigError, loadConfig } from './load.js'
+import { readForReload, UnreadableConfig, type Answer, type LoadJob } from './load-off-thread.js'
 import { collectAll } from '../common/young-collection.js'
 import { warmUpConfigTexts } from './warm-up.js'
 
@@ -19,19 +21,25 @@ const ROUTES_PER_MESSAGE = 200
 // rather than a seventieth (CFS weights 110 and 15 against 1024).
 try { setPriority(10) } catch { /* not permitted here: the load runs at the process's priority */ }
 
-interface Job { fileName: string; text: string; env: NodeJS.ProcessEnv; routesPort: MessagePort }
+const answer = (value: Answer) => parentPort!.postMessage(value)
 
 /** One load, then the thread is ended by its owner: the memory the parse took goes with it. */
-function load({ fileName, text, env, routesPort }: Job): void {
+function load({ fileName, env, served, routesPort }: LoadJob): void {
   try {
+    const { text, digest } = readForReload(fileName)
+    if (digest === served) {
+      routesPort.close()
+      answer({ ok: true, digest, unchanged: true })
+      return
+    }
     const { routes, ...rest } = loadConfig(fileName, text, env)
     let pieces = 0
     for (let at = 0; at < routes.length; at += ROUTES_PER_MESSAGE, pieces++) routesPort.postMessage(routes.slice(at, at + ROUTES_PER_MESSAGE))
-    parentPort!.postMessage({ ok: true, config: { ...rest, routes: [] }, pieces })
+    answer({ ok: true, digest, config: { ...rest, routes: [] }, pieces })
   } catch (error) {
-    parentPort!.postMessage(error instanceof ConfigError
-      ? { ok: false, fileName: error.fileName, issues: error.issues }
-      : { ok: false, message: error instanceof Error ? error.message : String(error) })
+    if (error instanceof UnreadableConfig) answer({ ok: false, unreadable: error.message })
+    else if (error instanceof ConfigError) answer({ ok: false, fileName: error.fileName, issues: error.issues })
+    else answer({ ok: false, message: error instanceof Error ? error.message : String(error) })
   }
 }
 
@@ -49,6 +57,7 @@ function warmUp(): void {
   collectAll()
 }
 
-// The job comes as a message: the thread may be started ahead of it (load-off-thread.ts), its modules loaded.
-parentPort!.once('message', load)
+// The job comes as a message: the thread may be started ahead of it (load-off-thread.ts), its modules loaded. A
+// thread whose file was unchanged gets the next job too.
+parentPort!.on('message', load)
 if ((workerData as { warmUp?: boolean } | undefined)?.warmUp === true) warmUp()

@@ -5,6 +5,7 @@
 import { instancePathOf, pruneInvalid } from './prune.js'
 import { schemaIssue, withoutUnionNoise } from './schema-issues.js'
 import type { Problem } from '../common/problem.js'
+import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import type { AuthorizationServerConfig, GatewayConfig } from '../config/schema.js'
@@ -33,6 +34,11 @@ export function readConfigFile(fileName: string): string {
   } catch (error) {
     throw new ConfigError(fileName, [{ line: 1, col: 1, path: '', message: `cannot read the file: ${(error as Error).message}` }])
   }
+}
+
+/** The SHA-256 of a config's text, hex: what `portcullis_config_info` and the `config.reloaded` audit event name. */
+export function configDigest(text: string): string {
+  return createHash('sha256').update(text).digest('hex')
 }
 
 /** Reads and loads a config file; relative paths in it resolve against its directory. */

@@ -42,3 +42,48 @@ export async function runInSlices<T>(steps: Steps<T>, pause: () => Promise<void>
     sliceStarted = performance.now()
   }
 }
+
+/** Items sorted at once below this many; above, runs of it sorted at once, then merged with a yield every this many. */
+const SORT_RUN = 512
+
+/**
+ * Sorts `items` in place, as steps: runs of {@link SORT_RUN} sorted by `Array.prototype.sort`, then merged pairwise
+ * (a bottom-up merge sort), yielding after each run and every {@link SORT_RUN} merged items. Stable, as `sort` is:
+ * items that compare equal keep their order. 10,000 routes sorted at once hold the event loop 2–4 ms.
+ */
+export function* sortSteps<T>(items: T[], compare: (a: T, b: T) => number): Steps<void> {
+  const n = items.length
+  if (n <= SORT_RUN) {
+    items.sort(compare)
+    return
+  }
+  for (let start = 0; start < n; start += SORT_RUN) {
+    const run = items.slice(start, start + SORT_RUN).sort(compare)
+    for (let i = 0; i < run.length; i++) items[start + i] = run[i]!
+    yield
+  }
+  let from = items
+  let to = new Array<T>(n)
+  let sinceYield = 0
+  for (let width = SORT_RUN; width < n; width *= 2) {
+    for (let low = 0; low < n; low += 2 * width) {
+      const middle = Math.min(low + width, n)
+      const high = Math.min(low + 2 * width, n)
+      let i = low
+      let j = middle
+      let k = low
+      while (i < middle && j < high) {
+        // The left run's item first on a tie: stable.
+        to[k++] = compare(from[j]!, from[i]!) < 0 ? from[j++]! : from[i++]!
+        if (++sinceYield >= SORT_RUN) {
+          sinceYield = 0
+          yield
+        }
+      }
+      while (i < middle) to[k++] = from[i++]!
+      while (j < high) to[k++] = from[j++]!
+    }
+    [from, to] = [to, from]
+  }
+  if (from !== items) for (let i = 0; i < n; i++) items[i] = from[i]!
+}

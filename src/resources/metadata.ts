@@ -116,9 +116,12 @@ export function compileResources(config: GatewayConfig, problems: ResourceProble
 } {
   const byRoute = new Map<string, CompiledResource>()
   const byMetadataPath = new Map<string, CompiledResource>()
+  const resources = config.resources ?? []
+  // Made only when there is a resource to check: every build runs this, and a table has up to tens of thousands of routes.
+  if (resources.length === 0) return { byRoute, byMetadataPath }
   const routeIds = new Set(config.routes.map((route) => route.id))
   const origin = publicOrigin(config)
-  ;(config.resources ?? []).forEach((resource, i) => {
+  resources.forEach((resource, i) => {
     const at = ['resources', i]
     if (!URL.canParse(resource.resource)) {
       problems.push({ path: [...at, 'resource'], message: 'is not a valid URL' })

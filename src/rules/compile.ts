@@ -10,7 +10,7 @@ import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
 import { compileConditions, conditionPaths, type CompiledConditions, type ParamPosition } from '../claims/conditions.js'
 import type { Problem } from '../common/problem.js'
-import { runAtOnce, type Steps } from '../common/slices.js'
+import { runAtOnce, sortSteps, type Steps } from '../common/slices.js'
 import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
 import type { ClaimPath } from '../claims/path.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
@@ -168,7 +168,7 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
     })
   }
   yield
-  rules.sort(compareRules)
+  yield* sortSteps(rules, compareRules)
   if (checkTies) {
     yield
     yield* tieSteps(rules, problems)

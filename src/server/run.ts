@@ -3,7 +3,6 @@
  * file changing on disk) and graceful shutdown (SIGTERM, SIGINT). `portcullis start` is this; tests
  * start it in-process or as the CLI.
  */
-import { createHash } from 'node:crypto'
 import { readFileSync, watch, type FSWatcher } from 'node:fs'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { Http2Session } from 'node:http2'
@@ -11,8 +10,8 @@ import type { Socket } from 'node:net'
 import { Server as TlsServer } from 'node:tls'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
-import { ConfigError, loadConfig } from '../check/load.js'
-import { ConfigLoader } from '../check/load-off-thread.js'
+import { ConfigError, configDigest, loadConfig } from '../check/load.js'
+import { ConfigLoader, UnreadableConfig } from '../check/load-off-thread.js'
 import { collectAll } from '../common/young-collection.js'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
@@ -57,8 +56,6 @@ export interface LoadedConfig {
   readonly text: string
   readonly config: GatewayConfig
 }
-
-const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
 /**
  * The response node's HTTP/1.1 server is writing on `socket`, if any: node keeps it as `socket._httpMessage` from
@@ -147,15 +144,26 @@ function trackConnections(server: Server) {
 }
 
 /** Loads `file`, builds and starts everything; throws ConfigError for a bad file. */
+/** Whether the file still holds the text of this digest. */
+function servedFileUnchanged(file: string, digest: string): boolean {
+  try {
+    return configDigest(readFileSync(file, 'utf8')) === digest
+  } catch {
+    return false
+  }
+}
+
 export async function runPortcullis(file: string, options: RunOptions = {}): Promise<RunningPortcullis> {
   const env = options.env ?? process.env
-  let text = options.loaded?.text ?? readFileSync(file, 'utf8')
+  const text = options.loaded?.text ?? readFileSync(file, 'utf8')
   // The event loop compiles its validator rather than taking the written one (LoadOptions.writtenValidator).
   let config = options.loaded?.config ?? loadConfig(file, text, env, { writtenValidator: false })
+  // The config in service is known by its digest: a reload reads the file on the loader's thread (load-off-thread.ts).
+  let digest = configDigest(text)
   const gateway = await buildGateway(config, options)
   const log = gateway.log.child({ component: 'lifecycle' })
   const listeners = [trackConnections(gateway.server)]
-  gateway.metrics.setConfig(sha256(text), Date.now())
+  gateway.metrics.setConfig(digest, Date.now())
   // Built at once, the config and its tables sit in the young generation, and the first scavenges after start
   // would copy them twice (58 and 27 ms with 10,000 routes, --trace-gc; the first two a reload asks for, or two
   // while serving): promoted by one full collection now, before anything is served.
@@ -196,29 +204,22 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
 
   let reloading: Promise<boolean> = Promise.resolve(true)
   const reloadNow = async (trigger: string): Promise<boolean> => {
-    let nextText: string
     try {
-      nextText = readFileSync(file, 'utf8')
-    } catch (error) {
-      gateway.metrics.configReloads.inc({ result: 'failure' })
-      gateway.audit.emit('config.reload_failed', { trigger, reason: 'unreadable', problems: 1 })
-      log.error({ trigger, err: error }, `config reload failed: cannot read ${file}; keeping the config in service`)
-      return false
-    }
-    // A watch event for a file that did not change (a touch, a second event of one save) is no reload.
-    if (trigger === 'watch' && nextText === text) return true
-    try {
-      // Off the event loop: a large file takes long enough to parse and check that requests would wait for it.
+      // Read, parsed and checked off the event loop: a large file takes long enough that requests would wait for it.
+      // A watch event for a file that did not change (a touch, a second event of one save) is no reload.
       const began = performance.now()
-      const next = await loader.load(file, nextText, env)
+      const { digest: nextDigest, config: next } = await loader.load(file, env, trigger === 'watch' ? digest : undefined)
+      if (next === undefined) {
+        log.debug({ trigger }, 'config file unchanged; nothing to reload')
+        return true
+      }
       const loaded = performance.now()
       const needsRestart = await gateway.gateway.applyConfig(next)
       // How long each part took: parsed and checked on the loader thread, then built a slice at a time and swapped in.
       const took = { load_ms: Math.round(loaded - began), build_ms: Math.round(performance.now() - loaded) }
       config = next
-      text = nextText
+      digest = nextDigest
       gateway.metrics.configReloads.inc({ result: 'success' })
-      const digest = sha256(nextText)
       gateway.audit.emit('config.reloaded', { trigger, sha256: digest, needs_restart: needsRestart })
       gateway.metrics.setConfig(digest, Date.now())
       log.info({ trigger, sha256: digest, ...took }, 'config reloaded')
@@ -226,6 +227,11 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
       return true
     } catch (error) {
       gateway.metrics.configReloads.inc({ result: 'failure' })
+      if (error instanceof UnreadableConfig) {
+        gateway.audit.emit('config.reload_failed', { trigger, reason: 'unreadable', problems: 1 })
+        log.error({ trigger, err: error }, `config reload failed: cannot read ${file}; keeping the config in service`)
+        return false
+      }
       // Every problem on its own line, with file:line:col, as `portcullis check` prints them.
       const problems = error instanceof ConfigError ? error.message.split('\n') : [error instanceof Error ? error.message : String(error)]
       gateway.audit.emit('config.reload_failed',
@@ -251,8 +257,9 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
     })
     watcher.on('error', (error) => log.warn({ err: error }, 'config file watch failed; reload with SIGHUP'))
     // A change saved after the file was read (`portcullis start` reads it before loading the server's modules and
-    // building the gateway) and before this watch: read once more, a no-op when it is the same text.
-    void reload('watch')
+    // building the gateway) and before this watch: read once more here, and reloaded only when it changed (or
+    // cannot be read: the reload says so).
+    if (!servedFileUnchanged(file, digest)) void reload('watch')
   }
 
   let stopping: Promise<void> | undefined

@@ -4,7 +4,7 @@
  * and graceful shutdown — against the real process (runPortcullis in-process, or the compiled CLI).
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
 import http2 from 'node:http2'
 import https from 'node:https'
@@ -417,21 +417,25 @@ describe('signals (the compiled CLI)', () => {
     expect(niceOf(String(child.pid))).toBe(0)
   }, 30_000)
 
-  it.runIf(process.platform === 'linux')('from 1,000 routes the next reload\'s loader thread waits started (nice 10), the reload takes it and another waits after; below 1,000 none waits; SIGTERM with one waiting exits 0 (Linux: /proc)', async (context) => {
+  /** `portcullis start` with 1,200 routes (/a0/** …), serving, and the next reload's loader thread waiting (nice 10). */
+  async function servingAhead(context: TestContext, extra: Record<string, unknown> = {}) {
     const { upstream, issuer } = await fixtures(context)
     const port = await closedPort()
-    const base = { ...config(upstream, issuer), server: { listen: `127.0.0.1:${port}` }, admin: undefined }
+    const base = { ...config(upstream, issuer), server: { listen: `127.0.0.1:${port}` }, admin: undefined, ...extra }
     const many = (count: number, prefix: string) => [
       ...base.routes,
       ...Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, path: `/${prefix}${i}/**`, upstream: 'main', scopes: { all: ['orders:read'] } })),
     ]
     const { child, lines, exited } = await startCli(context, stringify({ ...base, routes: many(1_200, 'a') }))
-    const file = child.spawnargs.at(-1)!
     const token = await issuer.sign({ scope: 'orders:read' })
     await waitFor(async () => (await get(`http://127.0.0.1:${port}/a7/x`, token).catch(() => ({ status: 0 }))).status === 200, 15_000)
     const waiting = () => readdirSync(`/proc/${child.pid}/task`).filter((tid) => threadNice(child.pid!, tid) === 10)
     await waitFor(() => waiting().length === 1, 15_000)
-    const [first] = waiting()
+    return { child, lines, exited, base, many, port, token, file: child.spawnargs.at(-1)!, waiting, first: waiting()[0] }
+  }
+
+  it.runIf(process.platform === 'linux')('from 1,000 routes the next reload\'s loader thread waits started (nice 10), the reload takes it and another waits after; below 1,000 none waits; SIGTERM with one waiting exits 0 (Linux: /proc)', async (context) => {
+    const { child, lines, exited, base, many, port, token, file, waiting, first } = await servingAhead(context)
     const reloads = () => lines.filter((line) => line.includes('"trigger":"SIGHUP"') && line.includes('"msg":"config reloaded"')).length
 
     writeFileSync(file, stringify({ ...base, routes: many(1_300, 'b') }))
@@ -455,6 +459,26 @@ describe('signals (the compiled CLI)', () => {
     await waitFor(() => waiting().length === 1, 15_000)
     child.kill('SIGTERM')
     expect(await exited).toBe(0)
+  }, 60_000)
+
+  it.runIf(process.platform === 'linux')('the loader thread reads the file: a watch event for the same text (a touch) reloads nothing and the waiting thread waits on; a removed file is reported unreadable and the config stays (Linux: /proc)', async (context) => {
+    const { child, lines, port, token, file, waiting, first } = await servingAhead(context, { log: { level: 'debug' } })
+    const said = (text: string) => lines.filter((line) => line.includes(text)).length
+
+    const now = new Date()
+    utimesSync(file, now, now)
+    await waitFor(() => said('config file unchanged; nothing to reload') === 1, 15_000)
+    expect(said('"msg":"config reloaded"')).toBe(0)
+    // The thread read the file, found its digest in service, and waits on for the next load: no other is started
+    // (one started meanwhile would be at nice 10 well within the second and a half).
+    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    expect(waiting()).toEqual([first])
+
+    rmSync(file)
+    child.kill('SIGHUP')
+    await waitFor(() => lines.some((line) => line.includes('"trigger":"SIGHUP"') && line.includes(`config reload failed: cannot read ${file}`)), 15_000)
+    expect((await get(`http://127.0.0.1:${port}/a7/x`, token)).status).toBe(200)
+    expect(said('"msg":"config reloaded"')).toBe(0)
   }, 60_000)
 
   it('SIGHUP with a broken file: the worker thread\'s problems are logged with file:line:col, and the config in service stays', async (context) => {
