@@ -88,7 +88,7 @@ export class ConfigLoader {
         return digest === served ? { digest } : { digest, config: loadConfig(fileName, text, env) }
       })
     }
-    const worker = this.#ahead ?? startLoader()
+    const worker = this.#ahead ?? this.#start(false)
     this.#ahead = undefined
     worker.ref()
     return loadOn(worker, { fileName, env: { ...env }, served }, () => this.#takeBack(worker))
@@ -110,13 +110,19 @@ export class ConfigLoader {
     }
   }
 
-  #startAhead(): void {
-    if (this.#ahead !== undefined) return
-    const worker = startLoader(true)
-    // Idle, it must not keep the process alive; one that fails before its load is simply not taken.
-    worker.unref()
+  /** A loader thread: one that fails or ends while it waits ahead is simply not taken (any thread may come to wait). */
+  #start(warmUp: boolean): Worker {
+    const worker = startLoader(warmUp)
     const gone = () => { if (this.#ahead === worker) this.#ahead = undefined }
     worker.once('error', gone).once('exit', gone)
+    return worker
+  }
+
+  #startAhead(): void {
+    if (this.#ahead !== undefined) return
+    const worker = this.#start(true)
+    // Idle, it must not keep the process alive.
+    worker.unref()
     this.#ahead = worker
   }
 

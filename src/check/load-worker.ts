@@ -1,9 +1,9 @@
 /**
  * The body of the worker thread that loads a config off the event loop (load-off-thread.ts): it reads the file and
  * takes its digest, then parse, schema and every lint, as `loadConfig`; the result goes back as a plain value, or
- * the ConfigError's issues. A file of the digest in service is not loaded, and the thread waits for the next job. The routes go
- * back apart, {@link ROUTES_PER_MESSAGE} a message on their own port, so that the event loop takes them in
- * pieces: 10,000 routes in one message take tens of milliseconds to copy in.
+ * the ConfigError's issues. A file of the digest in service is not loaded, and the thread waits for the next job.
+ * The routes go back apart, {@link ROUTES_PER_MESSAGE} a message on their own port, so that the event loop takes
+ * them in pieces: 10,000 routes in one message take tens of milliseconds to copy in.
  */
 import { setPriority } from 'node:os'
 import { parentPort, workerData } from 'node:worker_threads'
@@ -23,7 +23,7 @@ try { setPriority(10) } catch { /* not permitted here: the load runs at the proc
 
 const answer = (value: Answer) => parentPort!.postMessage(value)
 
-/** One load, then the thread is ended by its owner: the memory the parse took goes with it. */
+/** One load, then the thread is ended by its owner: the memory the parse took goes with it (a file unchanged: no load). */
 function load({ fileName, env, served, routesPort }: LoadJob): void {
   try {
     const { text, digest } = readForReload(fileName)
