@@ -83,6 +83,15 @@ function challengeScope(route: RouteConfig): string | undefined {
 
 export interface CompiledRules { rules: CompiledRule[]; problems: Problem[] }
 
+const NO_SCOPES: readonly string[] = Object.freeze([])
+
+/** The value under `key`, made by `make` the first time. */
+function shared<T>(memo: Map<string, T>, key: string, make: () => T): T {
+  let value = memo.get(key)
+  if (value === undefined) memo.set(key, value = make())
+  return value
+}
+
 /** Routes compiled between two places a slice may pause (common/slices.ts): well under its time budget. */
 const SLICE = 25
 
@@ -114,6 +123,11 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
     if (policy === undefined) corsByMethods.set(key, policy = compileCorsPolicy(config.cors, undefined, methods))
     return policy
   }
+  // What many rules have alike, one frozen copy shared (rules are read only): a rank per path shape, a methods set per
+  // method list in its order (a 405's Allow lists it so). A reload builds the table beside the one in service, and
+  // each object it makes is copied twice by the young generation's collections on its way to the old one.
+  const ranks = new Map<string, readonly number[]>()
+  const methodSets = new Map<string, ReadonlySet<string>>()
   const routes = config.routes
   for (let index = 0; index < routes.length; index++) {
     if (index > 0 && index % SLICE === 0) yield
@@ -140,13 +154,13 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
     const claims = route.claims === undefined ? null : compileConditions(route.claims, at('claims'), compiled.params, problems) ?? null
     const claimHeaders = route.claim_headers === undefined ? null : compileClaimHeaders(route.claim_headers, at('claim_headers'), reserved, problems)
     const resource = resources.get(route.id) ?? null
-    const methods = route.methods ? new Set(route.methods) : null
+    const methods = route.methods ? shared(methodSets, route.methods.join(' '), () => new Set(route.methods)) : null
     rules.push({
       id: route.id,
       index,
       path: route.path,
       segments: compiled.segments,
-      rank: compiled.rank,
+      rank: shared(ranks, compiled.rank.join(''), () => Object.freeze(compiled.rank)),
       params: compiled.params,
       claims,
       claimHeaders,
@@ -155,7 +169,7 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
       methods,
       upstream: route.upstream,
       auth,
-      scopesAll: route.scopes?.all ?? [],
+      scopesAll: route.scopes?.all ?? NO_SCOPES,
       scopesAny: route.scopes?.any ?? null,
       impliedBy,
       maxBodySize: route.max_body_size ? parseSize(route.max_body_size) : defaultMaxBody,

@@ -156,6 +156,27 @@ describe('the most specific route wins', () => {
   })
 })
 
+describe('what rules share', () => {
+  it('one methods set per method list in its order, one frozen rank per path shape, and no list of its own for no scopes', () => {
+    const rules = table(
+      { path: '/a/x', methods: ['GET', 'PUT'] },
+      { path: '/b/x', methods: ['GET', 'PUT'] },
+      { path: '/c/x', methods: ['PUT', 'GET'] },
+      { path: '/d/*', methods: ['GET'] },
+    )
+    const byId = (id: string) => rules.find((rule) => rule.id === id)!
+    expect(byId('r0').methods).toBe(byId('r1').methods)
+    expect(byId('r2').methods).not.toBe(byId('r0').methods)
+    // A 405's Allow lists a rule's methods in its own order.
+    expect([...byId('r2').methods!]).toEqual(['PUT', 'GET'])
+    expect(byId('r0').rank).toBe(byId('r2').rank)
+    expect(byId('r3').rank).not.toBe(byId('r0').rank)
+    expect(Object.isFrozen(byId('r0').rank)).toBe(true)
+    expect(byId('r0').scopesAll).toEqual([])
+    expect(Object.isFrozen(byId('r0').scopesAll)).toBe(true)
+  })
+})
+
 describe('allowedMethods', () => {
   it('lists every method some route accepts for the path', () => {
     const rules = table(

@@ -16,12 +16,20 @@ const SCAN_UP_TO = 32
 const FILED_PER_STEP = 500
 
 interface Node {
-  readonly children: Map<string, Node>
-  /** Positions in the table (ascending: most specific first) of the rules whose literal prefix ends here. */
-  readonly rules: number[]
+  /** {@link NO_CHILDREN} until a child is filed: most nodes are leaves. */
+  children: ReadonlyMap<string, Node>
+  /** Positions in the table (ascending: most specific first) of the rules whose literal prefix ends here; {@link NO_RULES} until one is. */
+  rules: readonly number[]
 }
 
-const newNode = (): Node => ({ children: new Map(), rules: [] })
+// One empty map and list for every node without children or rules: an index of 10,000 routes has thousands of
+// nodes, built beside the one in service on a reload (each object made then is copied twice by the young
+// generation's collections). The lookup reads them as any other.
+const NO_CHILDREN: ReadonlyMap<string, Node> = new Map()
+// Not frozen: a frozen array has another elements kind, and the lookup would see two shapes where it sees one.
+const NO_RULES: readonly number[] = []
+
+const newNode = (): Node => ({ children: NO_CHILDREN, rules: NO_RULES })
 
 function literalPrefixLength(segments: readonly string[]): number {
   let i = 0
@@ -47,10 +55,14 @@ export class RouteIndex {
       for (let i = 0; i < end; i++) {
         const segment = rule.segments[i]!
         let child = node.children.get(segment)
-        if (!child) node.children.set(segment, child = newNode())
+        if (!child) {
+          const children = node.children === NO_CHILDREN ? (node.children = new Map<string, Node>()) : node.children as Map<string, Node>
+          children.set(segment, child = newNode())
+        }
         node = child
       }
-      node.rules.push(position)
+      if (node.rules === NO_RULES) node.rules = [position]
+      else (node.rules as number[]).push(position)
     }
     return new RouteIndex(rules, root)
   }
@@ -59,8 +71,8 @@ export class RouteIndex {
   private constructor(readonly rules: readonly CompiledRule[], private readonly root: Node | null) {}
 
   /** The candidate lists along the path's walk down the tree, root first. */
-  private candidates(root: Node, segments: readonly string[]): number[][] {
-    const lists: number[][] = []
+  private candidates(root: Node, segments: readonly string[]): Array<readonly number[]> {
+    const lists: Array<readonly number[]> = []
     let node: Node | undefined = root
     for (let depth = 0; node !== undefined; depth++) {
       if (node.rules.length > 0) lists.push(node.rules)

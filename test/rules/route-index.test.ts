@@ -65,6 +65,27 @@ describe('the route index', () => {
     })
   }
 
+  it('indexes built one after another share nothing that either changes: the first answers the same after the second is built', () => {
+    const tableOf = (seed: number) => {
+      const next = random(seed)
+      const routes = Array.from({ length: 200 }, (_, i) => ({
+        id: `s${seed}-${i}`,
+        path: `/${Array.from({ length: 1 + Math.floor(next() * 3) }, () => LITERALS[Math.floor(next() * (LITERALS.length - 1))]).join('/')}/**`,
+        upstream: 'main',
+        methods: [METHODS[i % METHODS.length]!],
+      }))
+      return compileRules(config(routes)).rules
+    }
+    const paths = ['/api', '/api/v1/orders', '/a/b', '/items/x/y', '/v2', '/orders/a'].map(splitPath)
+    const first = RouteIndex.of(tableOf(11))
+    const answers = () => paths.flatMap((segments) => METHODS.map((method) => first.match(method, segments)?.id))
+    const before = answers()
+    expect(before.filter((id) => id !== undefined).length).toBeGreaterThan(10)
+    const second = RouteIndex.of(tableOf(12))
+    expect(answers()).toEqual(before)
+    expect(second.match('GET', splitPath('/api/x'))?.id ?? '').not.toMatch(/^s11-/)
+  })
+
   it('10,000 routes of a realistic mix compile with no tie reported, and the index finds each kind (times: bench/routes.mjs)', () => {
     const routes: Array<Record<string, unknown>> = []
     for (let i = 0; i < 2500; i++) {
