@@ -60,6 +60,12 @@ export function readForReload(fileName: string): { text: string; digest: string 
   return { text, digest: configDigest(text) }
 }
 
+/** A reload's read and load, wherever it runs: the file's digest, and its config unless the digest is `served`. */
+export function reloadFile(fileName: string, env: NodeJS.ProcessEnv, served: string | undefined): Reloaded {
+  const { text, digest } = readForReload(fileName)
+  return digest === served ? { digest } : { digest, config: loadConfig(fileName, text, env) }
+}
+
 /** Loads configs off the event loop, one thread per load; see the module's comment. */
 export class ConfigLoader {
   #ahead: Worker | undefined
@@ -82,12 +88,7 @@ export class ConfigLoader {
    * loaded (a watch event for a file that did not change) and its thread waits on for the next load.
    */
   load(fileName: string, env: NodeJS.ProcessEnv, served?: string): Promise<Reloaded> {
-    if (!this.#compiled) {
-      return Promise.resolve().then(() => {
-        const { text, digest } = readForReload(fileName)
-        return digest === served ? { digest } : { digest, config: loadConfig(fileName, text, env) }
-      })
-    }
+    if (!this.#compiled) return Promise.resolve().then(() => reloadFile(fileName, env, served))
     const worker = this.#ahead ?? this.#start(false)
     this.#ahead = undefined
     worker.ref()

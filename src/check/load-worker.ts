@@ -8,7 +8,7 @@
 import { setPriority } from 'node:os'
 import { parentPort, workerData } from 'node:worker_threads'
 import { ConfigError, loadConfig } from './load.js'
-import { readForReload, UnreadableConfig, type Answer, type LoadJob } from './load-off-thread.js'
+import { reloadFile, UnreadableConfig, type Answer, type LoadJob } from './load-off-thread.js'
 import { collectAll } from '../common/young-collection.js'
 import { warmUpConfigTexts } from './warm-up.js'
 
@@ -26,13 +26,13 @@ const answer = (value: Answer) => parentPort!.postMessage(value)
 /** One load, then the thread is ended by its owner: the memory the parse took goes with it (a file unchanged: no load). */
 function load({ fileName, env, served, routesPort }: LoadJob): void {
   try {
-    const { text, digest } = readForReload(fileName)
-    if (digest === served) {
+    const { digest, config } = reloadFile(fileName, env, served)
+    if (config === undefined) {
       routesPort.close()
       answer({ ok: true, digest, unchanged: true })
       return
     }
-    const { routes, ...rest } = loadConfig(fileName, text, env)
+    const { routes, ...rest } = config
     let pieces = 0
     for (let at = 0; at < routes.length; at += ROUTES_PER_MESSAGE, pieces++) routesPort.postMessage(routes.slice(at, at + ROUTES_PER_MESSAGE))
     answer({ ok: true, digest, config: { ...rest, routes: [] }, pieces })

@@ -117,12 +117,8 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
   // A route without a `cors` of its own takes the top level's: one policy per method list, not one per route (each
   // compile parses `cors.allowed_origins` again; policies are immutable, so rules may share one).
   const corsByMethods = new Map<string, CorsPolicy | null>()
-  const topLevelCors = (methods: ReadonlySet<string> | null): CorsPolicy | null => {
-    const key = methods === null ? '*' : [...methods].sort().join(' ')
-    let policy = corsByMethods.get(key)
-    if (policy === undefined) corsByMethods.set(key, policy = compileCorsPolicy(config.cors, undefined, methods))
-    return policy
-  }
+  const topLevelCors = (methods: ReadonlySet<string> | null): CorsPolicy | null =>
+    shared(corsByMethods, methods === null ? '*' : [...methods].sort().join(' '), () => compileCorsPolicy(config.cors, undefined, methods))
   // What many rules have alike, one frozen copy shared (rules are read only): a rank per path shape, a methods set per
   // method list in its order (a 405's Allow lists it so). A reload builds the table beside the one in service, and
   // each object it makes is copied twice by the young generation's collections on its way to the old one.

@@ -11,7 +11,7 @@ import { Server as TlsServer } from 'node:tls'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import { ConfigError, configDigest, loadConfig } from '../check/load.js'
-import { ConfigLoader, UnreadableConfig } from '../check/load-off-thread.js'
+import { ConfigLoader, readForReload, UnreadableConfig } from '../check/load-off-thread.js'
 import { collectAll } from '../common/young-collection.js'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
@@ -143,16 +143,16 @@ function trackConnections(server: Server) {
   }
 }
 
-/** Loads `file`, builds and starts everything; throws ConfigError for a bad file. */
 /** Whether the file still holds the text of this digest. */
 function servedFileUnchanged(file: string, digest: string): boolean {
   try {
-    return configDigest(readFileSync(file, 'utf8')) === digest
+    return readForReload(file).digest === digest
   } catch {
     return false
   }
 }
 
+/** Loads `file`, builds and starts everything; throws ConfigError for a bad file. */
 export async function runPortcullis(file: string, options: RunOptions = {}): Promise<RunningPortcullis> {
   const env = options.env ?? process.env
   const text = options.loaded?.text ?? readFileSync(file, 'utf8')
