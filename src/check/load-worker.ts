@@ -8,7 +8,7 @@
 import { setPriority } from 'node:os'
 import { parentPort, workerData } from 'node:worker_threads'
 import { ConfigError, loadConfig } from './load.js'
-import { reloadFile, UnreadableConfig, type Answer, type LoadJob } from './load-off-thread.js'
+import { placesIn, reloadFile, UnreadableConfig, type Answer, type LoadJob, type RoutesPiece } from './load-off-thread.js'
 import { collectAll } from '../common/young-collection.js'
 import { warmUpConfigTexts } from './warm-up.js'
 
@@ -24,18 +24,26 @@ try { setPriority(10) } catch { /* not permitted here: the load runs at the proc
 const answer = (value: Answer) => parentPort!.postMessage(value)
 
 /** One load, then the thread is ended by its owner: the memory the parse took goes with it (a file unchanged: no load). */
-function load({ fileName, env, served, routesPort }: LoadJob): void {
+function load({ fileName, env, served, servedKeys, routesPort }: LoadJob): void {
   try {
-    const { digest, config } = reloadFile(fileName, env, served)
-    if (config === undefined) {
+    const reloaded = reloadFile(fileName, env, served)
+    const { digest } = reloaded
+    if (reloaded.config === undefined) {
       routesPort.close()
       answer({ ok: true, digest, unchanged: true })
       return
     }
+    const { config, keys } = reloaded
     const { routes, ...rest } = config
+    // A route equal to one in service goes as that one's place: the event loop takes the object it has.
+    const places = placesIn(keys, servedKeys)
     let pieces = 0
-    for (let at = 0; at < routes.length; at += ROUTES_PER_MESSAGE, pieces++) routesPort.postMessage(routes.slice(at, at + ROUTES_PER_MESSAGE))
-    answer({ ok: true, digest, config: { ...rest, routes: [] }, pieces })
+    for (let at = 0; at < routes.length; at += ROUTES_PER_MESSAGE, pieces++) {
+      const piece: RoutesPiece = []
+      for (let i = at; i < Math.min(at + ROUTES_PER_MESSAGE, routes.length); i++) piece.push(places[i]! >= 0 ? places[i]! : routes[i]!)
+      routesPort.postMessage(piece)
+    }
+    parentPort!.postMessage({ ok: true, digest, config: { ...rest, routes: [] }, pieces, keys } satisfies Answer, [keys.buffer as ArrayBuffer])
   } catch (error) {
     if (error instanceof UnreadableConfig) answer({ ok: false, unreadable: error.message })
     else if (error instanceof ConfigError) answer({ ok: false, fileName: error.fileName, issues: error.issues })

@@ -5,7 +5,7 @@
  */
 import { performance } from 'node:perf_hooks'
 import { setImmediate } from 'node:timers'
-import { collectYoung } from './young-collection.js'
+import { collectYoungPast } from './young-collection.js'
 
 /** A computation that yields (nothing) wherever it may pause, and returns its result. */
 export type Steps<T> = Generator<void, T, void>
@@ -36,8 +36,8 @@ export async function runInSlices<T>(steps: Steps<T>, pause: () => Promise<void>
     const step = steps.next()
     if (step.done === true) return step.value
     if (performance.now() - sliceStarted < budgetMs) continue
-    // The slice's objects collected now, while they are few, rather than many slices' at once later.
-    collectYoung()
+    // The slices' objects collected once they are a few hundred kilobytes, rather than many slices' at once later.
+    collectYoungPast()
     await pause()
     sliceStarted = performance.now()
   }

@@ -95,6 +95,25 @@ function shared<T>(memo: Map<string, T>, key: string, make: () => T): T {
 /** Routes compiled between two places a slice may pause (common/slices.ts): well under its time budget. */
 const SLICE = 25
 
+/**
+ * What a compiled rule depends on besides its own route: every key of the config but `routes` (its defaults, upstreams,
+ * resources, scope hierarchy, rate limit policies, CORS, forwarding). Two configs with the same context compile an
+ * equal route to an equal rule.
+ */
+export function ruleContext(config: GatewayConfig): string {
+  return JSON.stringify({ ...config, routes: undefined })
+}
+
+/**
+ * The table in service and the routes it was compiled from, for a reload: a route of the new config that is one of
+ * those objects (a reload's loader hands an unchanged route back as the object in service) takes its compiled rule
+ * rather than being compiled again. Only for a config of the same {@link ruleContext}.
+ */
+export interface ReusableRules {
+  readonly routes: readonly RouteConfig[]
+  readonly rules: readonly CompiledRule[]
+}
+
 /** The route table of `config`, in one go, every problem checked (loading, `portcullis check`). */
 export function compileRules(config: GatewayConfig): CompiledRules {
   return runAtOnce(compileRuleSteps(config))
@@ -105,7 +124,8 @@ export function compileRules(config: GatewayConfig): CompiledRules {
  * runtime built from a loaded config passes `checkTies: false`: the load has found every tie already (lint.ts), and
  * the check is the one part of the compile that finds problems only.
  */
-export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: { checkTies?: boolean } = {}): Steps<CompiledRules> {
+export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reuse }: { checkTies?: boolean; reuse?: ReusableRules | undefined } = {},
+): Steps<CompiledRules> {
   const defaultMaxBody = parseSize(config.server?.max_body_size ?? '10mb')
   const rules: CompiledRule[] = []
   const problems: Problem[] = []
@@ -125,6 +145,7 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
   const ranks = new Map<string, readonly number[]>()
   const methodSets = new Map<string, ReadonlySet<string>>()
   const routes = config.routes
+  const previous = reuse === undefined ? undefined : ruleByRoute(reuse)
   for (let index = 0; index < routes.length; index++) {
     if (index > 0 && index % SLICE === 0) yield
     const route = routes[index]!
@@ -133,6 +154,12 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
     const earlier = ids.get(route.id)
     if (earlier !== undefined) problems.push({ path: at('id'), message: `duplicate route id (also routes[${earlier}])` })
     ids.set(route.id, index)
+    const kept = previous?.get(route)
+    if (kept !== undefined) {
+      // Where it stands decides ties in specificity (compareRules): a route that moved gets a copy at its place.
+      rules.push(kept.index === index ? kept : { ...kept, index })
+      continue
+    }
     if (!Object.hasOwn(config.upstreams, route.upstream)) {
       problems.push({ path: at('upstream'), message: `unknown upstream "${route.upstream}"${didYouMean(route.upstream, Object.keys(config.upstreams))}` })
     }
@@ -184,6 +211,16 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true }: {
     yield* tieSteps(rules, problems)
   }
   return { rules, problems }
+}
+
+/** The previous table's rules by the route objects they were compiled from (a loop: no pair arrays for 10,000 routes). */
+function ruleByRoute({ routes, rules }: ReusableRules): Map<RouteConfig, CompiledRule> {
+  const byRoute = new Map<RouteConfig, CompiledRule>()
+  for (const rule of rules) {
+    const route = routes[rule.index]
+    if (route !== undefined) byRoute.set(route, rule)
+  }
+  return byRoute
 }
 
 /** The literal segments a pattern starts with, up to its first `*` or `**`: two equally ranked rules share a path only if these are equal. */

@@ -37,15 +37,36 @@ function literalPrefixLength(segments: readonly string[]): number {
   return i
 }
 
+/** Whether the rules at each position of `a` and `b` have the same literal prefix (what the tree files them under). */
+function* samePrefixes(a: readonly CompiledRule[], b: readonly CompiledRule[]): Steps<boolean> {
+  if (a.length !== b.length) return false
+  for (let position = 0; position < a.length; position++) {
+    if (position > 0 && position % FILED_PER_STEP === 0) yield
+    const x = a[position]!.segments
+    const y = b[position]!.segments
+    if (x === y) continue
+    const end = literalPrefixLength(x)
+    if (literalPrefixLength(y) !== end) return false
+    for (let i = 0; i < end; i++) if (x[i] !== y[i]) return false
+  }
+  return true
+}
+
 export class RouteIndex {
   /** The index of `rules`, in one go. */
   static of(rules: readonly CompiledRule[]): RouteIndex {
     return runAtOnce(RouteIndex.steps(rules))
   }
 
-  /** The index of a table, filed a part at a time (a hot reload builds it between requests: common/slices.ts). */
-  static* steps(rules: readonly CompiledRule[]): Steps<RouteIndex> {
+  /**
+   * The index of a table, filed a part at a time (a hot reload builds it between requests: common/slices.ts). The
+   * tree depends only on the literal prefix of the rule at each position: where `previous` (the index in service)
+   * has the same at every position (a reload that changed what routes do, not where they match), its tree is taken
+   * as it is. It is never changed once built.
+   */
+  static* steps(rules: readonly CompiledRule[], previous?: RouteIndex): Steps<RouteIndex> {
     if (rules.length <= SCAN_UP_TO) return new RouteIndex(rules, null)
+    if (previous?.root && (yield* samePrefixes(rules, previous.rules))) return new RouteIndex(rules, previous.root)
     const root = newNode()
     for (let position = 0; position < rules.length; position++) {
       if (position > 0 && position % FILED_PER_STEP === 0) yield

@@ -11,7 +11,7 @@ import { Server as TlsServer } from 'node:tls'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import { ConfigError, configDigest, loadConfig } from '../check/load.js'
-import { ConfigLoader, readForReload, UnreadableConfig } from '../check/load-off-thread.js'
+import { ConfigLoader, readForReload, routeKeys, UnreadableConfig } from '../check/load-off-thread.js'
 import { collectAll } from '../common/young-collection.js'
 import type { GatewayConfig } from '../config/schema.js'
 import { parseDuration } from '../config/units.js'
@@ -160,6 +160,8 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
   let config = options.loaded?.config ?? loadConfig(file, text, env, { writtenValidator: false })
   // The config in service is known by its digest: a reload reads the file on the loader's thread (load-off-thread.ts).
   let digest = configDigest(text)
+  // And its routes by theirs: a reload hands a route that did not change back as the object in service, whose rule is kept.
+  let keys = routeKeys(config.routes)
   const gateway = await buildGateway(config, options)
   const log = gateway.log.child({ component: 'lifecycle' })
   const listeners = [trackConnections(gateway.server)]
@@ -208,17 +210,19 @@ export async function runPortcullis(file: string, options: RunOptions = {}): Pro
       // Read, parsed and checked off the event loop: a large file takes long enough that requests would wait for it.
       // A watch event for a file that did not change (a touch, a second event of one save) is no reload.
       const began = performance.now()
-      const { digest: nextDigest, config: next } = await loader.load(file, env, trigger === 'watch' ? digest : undefined)
-      if (next === undefined) {
+      const reloaded = await loader.load(file, env, { digest: trigger === 'watch' ? digest : undefined, routes: { configs: config.routes, keys } })
+      if (reloaded.config === undefined) {
         log.debug({ trigger }, 'config file unchanged; nothing to reload')
         return true
       }
       const loaded = performance.now()
+      const { config: next, digest: nextDigest } = reloaded
       const needsRestart = await gateway.gateway.applyConfig(next)
       // How long each part took: parsed and checked on the loader thread, then built a slice at a time and swapped in.
       const took = { load_ms: Math.round(loaded - began), build_ms: Math.round(performance.now() - loaded) }
       config = next
       digest = nextDigest
+      keys = reloaded.keys
       gateway.metrics.configReloads.inc({ result: 'success' })
       gateway.audit.emit('config.reloaded', { trigger, sha256: digest, needs_restart: needsRestart })
       gateway.metrics.setConfig(digest, Date.now())

@@ -8,7 +8,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify'
 import { Authenticator, type EmbeddedIssuer, type RevocationCheck } from '../authn/authenticator.js'
-import type { DpopConfig, GatewayConfig } from '../config/schema.js'
+import type { DpopConfig, GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseDuration, parseSize } from '../config/units.js'
 import type { BodyPolicy } from '../forward/body-watch.js'
 import { BodyMemory, DEFAULT_BODY_MEMORY } from '../forward/body-memory.js'
@@ -17,7 +17,7 @@ import { createUpstream, type Upstream } from '../forward/proxy.js'
 import { addedHeaderNames, createHeaderPolicy, type HeaderPolicy } from '../forward/header-policy.js'
 import { enterKnownHeaderNames } from '../forward/known-names.js'
 import type { Metrics } from '../metrics/metrics.js'
-import { compileRuleSteps } from '../rules/compile.js'
+import { compileRuleSteps, ruleContext } from '../rules/compile.js'
 import { runAtOnce, runInSlices, type Steps } from '../common/slices.js'
 import { compileClaimPlan, type ClaimPlan } from '../rules/claim-plan.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
@@ -71,7 +71,13 @@ export interface GatewayRuntime {
   /** Set when a newer runtime has replaced this one: it closes what it alone holds once `inflight` is 0. */
   onIdle?: (() => void) | undefined
   /** The config sections it was built from, to know what a reload may reuse. */
-  readonly source: { readonly authn: string; readonly upstreams: ReadonlyMap<string, string> }
+  readonly source: {
+    readonly authn: string
+    readonly upstreams: ReadonlyMap<string, string>
+    /** The routes its rules were compiled from, and everything else they depend on (rules/compile.ts, ruleContext). */
+    readonly routes: readonly RouteConfig[]
+    readonly ruleContext: string
+  }
 }
 
 export interface RuntimeDependencies {
@@ -109,7 +115,11 @@ export function buildRuntimeInSlices(config: GatewayConfig, deps: RuntimeDepende
 
 function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previous: GatewayRuntime | undefined): Steps<GatewayRuntime> {
   // A config is served only once loaded (check/load.ts), whose lint has found every tie: not looked for again here.
-  const { rules } = yield* compileRuleSteps(config, { checkTies: false })
+  // A route a reload did not change (the same object: load-off-thread.ts) keeps its rule when nothing else the rules
+  // depend on changed: a reload then builds only what it changed, and the young generation copies only that.
+  const context = ruleContext(config)
+  const reuse = previous?.source.ruleContext === context ? { routes: previous.source.routes, rules: previous.rules } : undefined
+  const { rules } = yield* compileRuleSteps(config, { checkTies: false, reuse })
   const plan = compileClaimPlan(config, rules)
   yield
   const authn = authnSource(config, plan)
@@ -154,7 +164,7 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
     dpop.settings.forwardProof ? [] : ['dpop'])
   enterKnownHeaderNames(addedHeaderNames(headerPolicy, plan.headerNames))
   yield
-  const routes = yield* RouteIndex.steps(rules)
+  const routes = yield* RouteIndex.steps(rules, previous?.routes)
   yield
   const cors = compileCorsRuntime(config, rules)
   return {
@@ -186,7 +196,7 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
     admission: admissionPolicy(config),
     waiting: previous?.waiting ?? new WaitingRoom(),
     inflight: 0,
-    source: { authn, upstreams: upstreamSources },
+    source: { authn, upstreams: upstreamSources, routes: config.routes, ruleContext: context },
   }
 }
 

@@ -431,7 +431,7 @@ describe('signals (the compiled CLI)', () => {
     await waitFor(async () => (await get(`http://127.0.0.1:${port}/a7/x`, token).catch(() => ({ status: 0 }))).status === 200, 15_000)
     const waiting = () => readdirSync(`/proc/${child.pid}/task`).filter((tid) => threadNice(child.pid!, tid) === 10)
     await waitFor(() => waiting().length === 1, 15_000)
-    return { child, lines, exited, base, many, port, token, file: child.spawnargs.at(-1)!, waiting, first: waiting()[0] }
+    return { child, lines, exited, base, many, port, token, file: child.spawnargs.at(-1)!, waiting, first: waiting()[0], upstream }
   }
 
   it.runIf(process.platform === 'linux')('from 1,000 routes the next reload\'s loader thread waits started (nice 10), the reload takes it and another waits after; below 1,000 none waits; SIGTERM with one waiting exits 0 (Linux: /proc)', async (context) => {
@@ -479,6 +479,29 @@ describe('signals (the compiled CLI)', () => {
     await waitFor(() => lines.some((line) => line.includes('"trigger":"SIGHUP"') && line.includes(`config reload failed: cannot read ${file}`)), 15_000)
     expect((await get(`http://127.0.0.1:${port}/a7/x`, token)).status).toBe(200)
     expect(said('"msg":"config reloaded"')).toBe(0)
+  }, 60_000)
+
+  it.runIf(process.platform === 'linux')('a reload through the loader thread keeps unchanged routes, and a change beside them reaches them: a route\'s own scopes, then a scope_implies for all (Linux: /proc)', async (context) => {
+    const { child, lines, base, many, port, token, file, upstream } = await servingAhead(context)
+    const reloads = () => lines.filter((line) => line.includes('"trigger":"SIGHUP"') && line.includes('"msg":"config reloaded"')).length
+    const routes = many(1_200, 'a')
+    const a5 = routes.findIndex((route) => route.id === 'a5')
+    const writes = routes.map((route, i) => i === a5 ? { ...route, scopes: { all: ['orders:write'] } } : route)
+
+    writeFileSync(file, stringify({ ...base, routes: writes }))
+    child.kill('SIGHUP')
+    await waitFor(() => reloads() === 1, 15_000)
+    const reached = upstream.requests.length
+    expect((await get(`http://127.0.0.1:${port}/a5/x`, token)).status).toBe(403)
+    expect(upstream.requests.length).toBe(reached)
+    expect((await get(`http://127.0.0.1:${port}/a7/x`, token)).status).toBe(200)
+
+    // Every route as it is in service; what they depend on changed: orders:read now implies orders:write.
+    writeFileSync(file, stringify({ ...base, scope_implies: { 'orders:read': ['orders:write'] }, routes: writes }))
+    child.kill('SIGHUP')
+    await waitFor(() => reloads() === 2, 15_000)
+    expect((await get(`http://127.0.0.1:${port}/a5/x`, token)).status).toBe(200)
+    expect((await get(`http://127.0.0.1:${port}/a1199/x`, token)).status).toBe(200)
   }, 60_000)
 
   it('SIGHUP with a broken file: the worker thread\'s problems are logged with file:line:col, and the config in service stays', async (context) => {

@@ -8,17 +8,7 @@ import type { GatewayConfig } from '../../src/config/schema.js'
 import { compileRules, type CompiledRule } from '../../src/rules/compile.js'
 import { RouteIndex } from '../../src/rules/route-index.js'
 import { matchSegments, splitPath } from '../../src/rules/segments.js'
-
-/** A deterministic generator (mulberry32), so a failure names its seed and repeats. */
-function random(seed: number): () => number {
-  let a = seed
-  return () => {
-    a = (a + 0x6d2b79f5) | 0
-    let t = Math.imul(a ^ (a >>> 15), 1 | a)
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
+import { random } from '../support/random.js'
 
 const LITERALS = ['api', 'v1', 'v2', 'orders', 'items', 'a', 'b', '']
 const METHODS = ['GET', 'POST', 'PUT', 'DELETE']
