@@ -167,9 +167,9 @@ export function configWarnings(config: GatewayConfig): string[] {
   })
   // More specific routes win, so `/**` is the fallback: with auth: none, whatever no other route covers (a
   // path added upstream tomorrow) is open. A preflight-only catch-all (methods: [OPTIONS]) is the usual CORS setup.
+  // (Every reload runs this on the event loop: the path first, so the method list is read for a catch-all alone.)
   config.routes.forEach((route, index) => {
-    const anyMethod = route.methods?.some((method) => method !== 'OPTIONS') ?? true
-    if (route.path === '/**' && route.auth === 'none' && anyMethod) {
+    if (route.path === '/**' && route.auth === 'none' && (route.methods?.some((method) => method !== 'OPTIONS') ?? true)) {
       warnings.push(`routes[${index}] (${route.id}) is a catch-all "/**" with auth: none: every request no other route matches reaches upstream ${route.upstream} without a token`)
     }
   })

@@ -19,7 +19,7 @@ import { fileURLToPath } from 'node:url'
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { nextTurn } from '../common/slices.js'
-import { collectYoungPast } from '../common/young-collection.js'
+import { collectYoung } from '../common/young-collection.js'
 import { ConfigError, configDigest, freezeConfig, loadConfig, type ConfigIssue } from './load.js'
 
 const WORKER = new URL('./load-worker.js', import.meta.url)
@@ -238,7 +238,7 @@ async function takeRoutes(config: GatewayConfig, pieces: number, routesIn: Messa
   const routes: RouteConfig[] = []
   for (let piece = 0; piece < pieces; piece++) {
     if (piece > 0) {
-      collectYoungPast()
+      collectYoung()
       await nextTurn()
     }
     const received = receiveMessageOnPort(routesIn)

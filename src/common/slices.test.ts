@@ -35,6 +35,25 @@ describe('sortSteps', () => {
     expect(yields).toBeLessThanOrEqual(20 + 5 * 20)
   })
 
+  it('runs already in order are copied, not merged: a sorted table of 10,000 takes one comparison per item and one per pair of runs; displaced items and ties across runs still sort as Array.prototype.sort', () => {
+    let compared = 0
+    const counting = (a: Item, b: Item) => { compared++; return byKey(a, b) }
+    const sorted = [...items(10_000, 1_000, 5)].sort(byKey)
+    const input = [...sorted]
+    runAtOnce(sortSteps(input, counting))
+    expect(input.map((item) => item.at)).toEqual(sorted.map((item) => item.at))
+    // 20 runs sorted by Array.prototype.sort (511 comparisons each on sorted input), then one comparison per pair of runs.
+    expect(compared).toBeLessThan(10_000 + 40)
+    // A few items moved: the merges still put them in place; keys repeat across run boundaries (ties keep their order).
+    for (const moves of [1, 3, 50]) {
+      const displaced = [...sorted]
+      for (let m = 0; m < moves; m++) displaced.splice((m * 7919) % 10_000, 0, displaced.splice((m * 104_729) % 10_000, 1)[0]!)
+      const expected = [...displaced].sort(byKey)
+      runAtOnce(sortSteps(displaced, byKey))
+      expect(displaced.map((item) => item.at), `${moves} moved`).toEqual(expected.map((item) => item.at))
+    }
+  })
+
   it('sorts a small array at once, without yielding', () => {
     const input = items(300, 10, 3)
     const steps = sortSteps(input, byKey)

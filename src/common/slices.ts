@@ -5,7 +5,7 @@
  */
 import { performance } from 'node:perf_hooks'
 import { setImmediate } from 'node:timers'
-import { collectYoungPast } from './young-collection.js'
+import { collectYoung } from './young-collection.js'
 
 /** A computation that yields (nothing) wherever it may pause, and returns its result. */
 export type Steps<T> = Generator<void, T, void>
@@ -36,8 +36,8 @@ export async function runInSlices<T>(steps: Steps<T>, pause: () => Promise<void>
     const step = steps.next()
     if (step.done === true) return step.value
     if (performance.now() - sliceStarted < budgetMs) continue
-    // The slices' objects collected once they are a few hundred kilobytes, rather than many slices' at once later.
-    collectYoungPast()
+    // The slice's objects collected now, while they are few, rather than many slices' at once later.
+    collectYoung()
     await pause()
     sliceStarted = performance.now()
   }
@@ -72,6 +72,11 @@ export function* sortSteps<T>(items: T[], compare: (a: T, b: T) => number): Step
       let i = low
       let j = middle
       let k = low
+      // Runs already in order (a reload's table, whose kept rules are mostly where they were): copied, not compared.
+      if (j < high && compare(from[j]!, from[j - 1]!) >= 0) {
+        for (; k < high; k++) to[k] = from[k]!
+        continue
+      }
       while (i < middle && j < high) {
         // The left run's item first on a tie: stable.
         to[k++] = compare(from[j]!, from[i]!) < 0 ? from[j++]! : from[i++]!

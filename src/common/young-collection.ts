@@ -33,37 +33,6 @@ export function collectYoung(): void {
   collector()?.({ type: 'minor' })
 }
 
-/**
- * What a slice may add to the young generation before {@link collectYoungPast} collects it: what a collection then copies
- * at most, about a millisecond's work on this project's VMs (docs/performance.md). A slice that made little (a reload
- * that keeps most of its rules: rules/compile.ts) is not worth a collection, whose fixed part is 0.3–0.5 ms.
- */
-export const YOUNG_GROWTH_BYTES = 256 * 1024
-
-/** Bytes in use in the young generation after the last collection this module asked for (or saw). */
-let usedAfterLast = 0
-
-/** Bytes in use in the young generation (about a microsecond to read); undefined where V8 does not name a new space. */
-function youngUsed(): number | undefined {
-  for (const space of v8.getHeapSpaceStatistics()) if (space.space_name === 'new_space') return space.space_used_size
-  return undefined
-}
-
-/**
- * Collects the young generation when it holds `bytes` more than after the last collection; where its size cannot be
- * read, every time.
- */
-export function collectYoungPast(bytes = YOUNG_GROWTH_BYTES): void {
-  const used = youngUsed()
-  if (used !== undefined && used - usedAfterLast < bytes) {
-    // V8 collected meanwhile (its own scavenge): the growth counts from what it left.
-    if (used < usedAfterLast) usedAfterLast = used
-    return
-  }
-  collectYoung()
-  usedAfterLast = youngUsed() ?? 0
-}
-
 /** A full collection now, where V8 lets the process ask for one (a loader thread once its warm-up's garbage is done). */
 export function collectAll(): void {
   // `gc()` alone: node 20's V8 takes `{ type: 'major' }` for a scavenge (young-collection.test.ts).

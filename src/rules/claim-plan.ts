@@ -22,7 +22,8 @@ export function compileClaimPlan(config: GatewayConfig, rules: readonly Compiled
   const reserved = claimHeaderReserved(config)
   const paths: ClaimPath[] = routeClaimPaths(rules)
   const names = new Set<string>()
-  for (const rule of rules) for (const header of rule.claimHeaders ?? []) names.add(header.name)
+  // Null checks, not `?? []`: an empty array made per rule is 10,000 objects in a reload of 10,000 routes.
+  for (const rule of rules) if (rule.claimHeaders !== null) for (const header of rule.claimHeaders) names.add(header.name)
   const byIssuer = new Map<string, readonly ClaimHeader[]>()
   ;(config.issuers ?? []).forEach((issuer, i) => {
     compileIssuerClaims(issuer, ['issuers', i], problems)
@@ -35,7 +36,7 @@ export function compileClaimPlan(config: GatewayConfig, rules: readonly Compiled
     }
   })
   // Rate limit policies keyed on a claim (`key: claim:<path>`) read it from the principal too.
-  for (const rule of rules) for (const policy of rule.rateLimits ?? []) if (policy.key.kind === 'claim') paths.push(policy.key.path)
+  for (const rule of rules) if (rule.rateLimits !== null) for (const policy of rule.rateLimits) if (policy.key.kind === 'claim') paths.push(policy.key.path)
   const kept = new Set(paths.map((path) => path.segments[0]!))
   // A resource's routes take only tokens issued for it (RFC 9728, `resources[]`): they read `aud`.
   if (rules.some((rule) => rule.resource !== null)) kept.add('aud')

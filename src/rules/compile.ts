@@ -81,7 +81,12 @@ function challengeScope(route: RouteConfig): string | undefined {
   return scopes.length > 0 ? scopes.join(' ') : undefined
 }
 
-export interface CompiledRules { rules: CompiledRule[]; problems: Problem[] }
+export interface CompiledRules {
+  rules: CompiledRule[]
+  problems: Problem[]
+  /** Each rule by the route it was compiled from: what the next reload may keep ({@link ReusableRules}). */
+  byRoute: Map<RouteConfig, CompiledRule>
+}
 
 const NO_SCOPES: readonly string[] = Object.freeze([])
 
@@ -105,14 +110,11 @@ export function ruleContext(config: GatewayConfig): string {
 }
 
 /**
- * The table in service and the routes it was compiled from, for a reload: a route of the new config that is one of
- * those objects (a reload's loader hands an unchanged route back as the object in service) takes its compiled rule
- * rather than being compiled again. Only for a config of the same {@link ruleContext}.
+ * The table in service by the route objects it was compiled from ({@link CompiledRules.byRoute}), for a reload: a route
+ * of the new config that is one of those objects (a reload's loader hands an unchanged route back as the object in
+ * service) takes its compiled rule rather than being compiled again. Only for a config of the same {@link ruleContext}.
  */
-export interface ReusableRules {
-  readonly routes: readonly RouteConfig[]
-  readonly rules: readonly CompiledRule[]
-}
+export type ReusableRules = ReadonlyMap<RouteConfig, CompiledRule>
 
 /** The route table of `config`, in one go, every problem checked (loading, `portcullis check`). */
 export function compileRules(config: GatewayConfig): CompiledRules {
@@ -145,21 +147,23 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
   const ranks = new Map<string, readonly number[]>()
   const methodSets = new Map<string, ReadonlySet<string>>()
   const routes = config.routes
-  const previous = reuse === undefined ? undefined : ruleByRoute(reuse)
+  const byRoute = new Map<RouteConfig, CompiledRule>()
   for (let index = 0; index < routes.length; index++) {
     if (index > 0 && index % SLICE === 0) yield
     const route = routes[index]!
-    // The path to a key of this route, for a problem (made only then, or for a section the route has).
-    const at = (...keys: Array<string | number>): Array<string | number> => ['routes', index, ...keys]
     const earlier = ids.get(route.id)
-    if (earlier !== undefined) problems.push({ path: at('id'), message: `duplicate route id (also routes[${earlier}])` })
+    if (earlier !== undefined) problems.push({ path: ['routes', index, 'id'], message: `duplicate route id (also routes[${earlier}])` })
     ids.set(route.id, index)
-    const kept = previous?.get(route)
+    const kept = reuse?.get(route)
     if (kept !== undefined) {
       // Where it stands decides ties in specificity (compareRules): a route that moved gets a copy at its place.
-      rules.push(kept.index === index ? kept : { ...kept, index })
+      const rule = kept.index === index ? kept : { ...kept, index }
+      rules.push(rule)
+      byRoute.set(route, rule)
       continue
     }
+    // The path to a key of this route, for a problem (made only then, or for a section the route has).
+    const at = (...keys: Array<string | number>): Array<string | number> => ['routes', index, ...keys]
     if (!Object.hasOwn(config.upstreams, route.upstream)) {
       problems.push({ path: at('upstream'), message: `unknown upstream "${route.upstream}"${didYouMean(route.upstream, Object.keys(config.upstreams))}` })
     }
@@ -178,7 +182,7 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
     const claimHeaders = route.claim_headers === undefined ? null : compileClaimHeaders(route.claim_headers, at('claim_headers'), reserved, problems)
     const resource = resources.get(route.id) ?? null
     const methods = route.methods ? shared(methodSets, route.methods.join(' '), () => new Set(route.methods)) : null
-    rules.push({
+    const rule: CompiledRule = {
       id: route.id,
       index,
       path: route.path,
@@ -202,7 +206,9 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
       dpop: route.dpop ?? null,
       rateLimits: rateLimits.get(route.id) ?? null,
       rateLimitHeaders: route.rate_limit_headers ?? true,
-    })
+    }
+    rules.push(rule)
+    byRoute.set(route, rule)
   }
   yield
   yield* sortSteps(rules, compareRules)
@@ -210,17 +216,7 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
     yield
     yield* tieSteps(rules, problems)
   }
-  return { rules, problems }
-}
-
-/** The previous table's rules by the route objects they were compiled from (a loop: no pair arrays for 10,000 routes). */
-function ruleByRoute({ routes, rules }: ReusableRules): Map<RouteConfig, CompiledRule> {
-  const byRoute = new Map<RouteConfig, CompiledRule>()
-  for (const rule of rules) {
-    const route = routes[rule.index]
-    if (route !== undefined) byRoute.set(route, rule)
-  }
-  return byRoute
+  return { rules, problems, byRoute }
 }
 
 /** The literal segments a pattern starts with, up to its first `*` or `**`: two equally ranked rules share a path only if these are equal. */

@@ -8,7 +8,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify'
 import { Authenticator, type EmbeddedIssuer, type RevocationCheck } from '../authn/authenticator.js'
-import type { DpopConfig, GatewayConfig, RouteConfig } from '../config/schema.js'
+import type { DpopConfig, GatewayConfig } from '../config/schema.js'
 import { parseDuration, parseSize } from '../config/units.js'
 import type { BodyPolicy } from '../forward/body-watch.js'
 import { BodyMemory, DEFAULT_BODY_MEMORY } from '../forward/body-memory.js'
@@ -17,7 +17,7 @@ import { createUpstream, type Upstream } from '../forward/proxy.js'
 import { addedHeaderNames, createHeaderPolicy, type HeaderPolicy } from '../forward/header-policy.js'
 import { enterKnownHeaderNames } from '../forward/known-names.js'
 import type { Metrics } from '../metrics/metrics.js'
-import { compileRuleSteps, ruleContext } from '../rules/compile.js'
+import { compileRuleSteps, ruleContext, type ReusableRules } from '../rules/compile.js'
 import { runAtOnce, runInSlices, type Steps } from '../common/slices.js'
 import { compileClaimPlan, type ClaimPlan } from '../rules/claim-plan.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
@@ -74,8 +74,8 @@ export interface GatewayRuntime {
   readonly source: {
     readonly authn: string
     readonly upstreams: ReadonlyMap<string, string>
-    /** The routes its rules were compiled from, and everything else they depend on (rules/compile.ts, ruleContext). */
-    readonly routes: readonly RouteConfig[]
+    /** Its rules by the routes they were compiled from, and everything else they depend on (rules/compile.ts, ruleContext). */
+    readonly rules: ReusableRules
     readonly ruleContext: string
   }
 }
@@ -118,8 +118,8 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
   // A route a reload did not change (the same object: load-off-thread.ts) keeps its rule when nothing else the rules
   // depend on changed: a reload then builds only what it changed, and the young generation copies only that.
   const context = ruleContext(config)
-  const reuse = previous?.source.ruleContext === context ? { routes: previous.source.routes, rules: previous.rules } : undefined
-  const { rules } = yield* compileRuleSteps(config, { checkTies: false, reuse })
+  const reuse = previous?.source.ruleContext === context ? previous.source.rules : undefined
+  const { rules, byRoute } = yield* compileRuleSteps(config, { checkTies: false, reuse })
   const plan = compileClaimPlan(config, rules)
   yield
   const authn = authnSource(config, plan)
@@ -196,7 +196,7 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
     admission: admissionPolicy(config),
     waiting: previous?.waiting ?? new WaitingRoom(),
     inflight: 0,
-    source: { authn, upstreams: upstreamSources, routes: config.routes, ruleContext: context },
+    source: { authn, upstreams: upstreamSources, rules: byRoute, ruleContext: context },
   }
 }
 

@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest'
 import type { GatewayConfig, RouteConfig } from '../../src/config/schema.js'
 import { runAtOnce } from '../../src/common/slices.js'
-import { compileRules, compileRuleSteps, type CompiledRule } from '../../src/rules/compile.js'
+import { compileRules, compileRuleSteps, type ReusableRules } from '../../src/rules/compile.js'
 import { RouteIndex } from '../../src/rules/route-index.js'
 import { matchSegments, splitPath } from '../../src/rules/segments.js'
 import { random } from '../support/random.js'
@@ -41,9 +41,9 @@ function table(next: () => number, count: number, prefix: string): RouteConfig[]
   return routes
 }
 
-/** Reused where the route is the same object; the table compiled from `next` with `previous`'s rules. */
-function rebuilt(previous: { routes: readonly RouteConfig[]; rules: readonly CompiledRule[] }, next: readonly RouteConfig[]) {
-  return runAtOnce(compileRuleSteps(config(next), { checkTies: false, reuse: previous })).rules
+/** The table compiled from `next`, a route that is one of `previous`'s keys taking its rule. */
+function rebuilt(previous: ReusableRules, next: readonly RouteConfig[]) {
+  return runAtOnce(compileRuleSteps(config(next), { checkTies: false, reuse: previous }))
 }
 
 describe('a reload keeps the rules of the routes it did not change', () => {
@@ -51,8 +51,8 @@ describe('a reload keeps the rules of the routes it did not change', () => {
     it(`random edits give the table and index a fresh compile gives (seed ${seed})`, () => {
       const next = random(seed)
       let routes = table(next, 120, 'r')
-      let rules = compileRules(config(routes)).rules
-      let index = RouteIndex.of(rules)
+      let compiled = compileRules(config(routes))
+      let index = RouteIndex.of(compiled.rules)
       for (let edit = 0; edit < 12; edit++) {
         const edited = [...routes]
         const at = Math.floor(next() * edited.length)
@@ -62,13 +62,14 @@ describe('a reload keeps the rules of the routes it did not change', () => {
         else if (kind === 2) edited.splice(at, 0, Object.freeze({ id: `new${edit}`, path: `/new-${edit}/{id}`, upstream: 'main' }) as RouteConfig)
         else if (kind === 3) edited.splice(at, 1)
         else [edited[0], edited[at]] = [edited[at]!, edited[0]!]
-        const kept = rebuilt({ routes, rules }, edited)
+        const built = rebuilt(compiled.byRoute, edited)
+        const kept = built.rules
         const fresh = compileRules(config(edited))
         expect(fresh.problems).toEqual([])
         expect(kept).toEqual(fresh.rules)
         // Each unchanged route at its place keeps its very rule; one that moved has a copy with its place.
         for (const rule of kept) {
-          const before = rules.find((old) => routes[old.index] === edited[rule.index])
+          const before = compiled.byRoute.get(edited[rule.index]!)
           if (before === undefined) continue
           if (before.index === rule.index) expect(rule).toBe(before)
           else expect(rule).toEqual({ ...before, index: rule.index })
@@ -88,7 +89,7 @@ describe('a reload keeps the rules of the routes it did not change', () => {
           }
         }
         routes = edited
-        rules = kept
+        compiled = built
         index = nextIndex
       }
     })
@@ -96,26 +97,26 @@ describe('a reload keeps the rules of the routes it did not change', () => {
 
   it('a route that is equal but another object is compiled again (only the loader says two routes are the same)', () => {
     const routes = table(random(9), 40, 'q')
-    const { rules } = compileRules(config(routes))
+    const { rules, byRoute } = compileRules(config(routes))
     const copies = routes.map((one) => Object.freeze({ ...one }) as RouteConfig)
-    const kept = rebuilt({ routes, rules }, copies)
+    const kept = rebuilt(byRoute, copies).rules
     expect(kept).toEqual(rules)
     for (const rule of kept) expect(rules).not.toContain(rule)
   })
 
   it('the index keeps its tree only while every position files the same prefix: a changed path is found at once', () => {
     const routes = Array.from({ length: 40 }, (_, i) => Object.freeze({ id: `p${i}`, path: `/svc-${i}/items/**`, upstream: 'main' }) as RouteConfig)
-    const rules = compileRules(config(routes)).rules
-    const index = RouteIndex.of(rules)
+    const compiled = compileRules(config(routes))
+    const index = RouteIndex.of(compiled.rules)
     // Same shapes, ids changed: the same tree serves, with the new rules.
     const renamed = routes.map((one) => Object.freeze({ ...one, id: `${one.id}-b` }) as RouteConfig)
-    const renamedRules = rebuilt({ routes, rules }, renamed)
-    const renamedIndex = runAtOnce(RouteIndex.steps(renamedRules, index))
+    const renamedRules = rebuilt(compiled.byRoute, renamed)
+    const renamedIndex = runAtOnce(RouteIndex.steps(renamedRules.rules, index))
     expect(renamedIndex.match('GET', splitPath('/svc-3/items/x'))?.id).toBe('p3-b')
     // One path changed, same length, same rank: the old tree would file it under /svc-3/items and never find it.
     const moved = renamed.map((one, i) => i === 3 ? Object.freeze({ ...one, path: '/elsewhere/items/**' }) as RouteConfig : one)
-    const movedRules = rebuilt({ routes: renamed, rules: renamedRules }, moved)
-    const movedIndex = runAtOnce(RouteIndex.steps(movedRules, renamedIndex))
+    const movedRules = rebuilt(renamedRules.byRoute, moved)
+    const movedIndex = runAtOnce(RouteIndex.steps(movedRules.rules, renamedIndex))
     expect(movedIndex.match('GET', splitPath('/elsewhere/items/x'))?.id).toBe('p3-b')
     expect(movedIndex.match('GET', splitPath('/svc-3/items/x'))).toBeUndefined()
     expect(renamedIndex.match('GET', splitPath('/svc-3/items/x'))?.id).toBe('p3-b')
