@@ -157,7 +157,7 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
     const kept = reuse?.get(route)
     if (kept !== undefined) {
       // Where it stands decides ties in specificity (compareRules): a route that moved gets a copy at its place.
-      const rule = kept.index === index ? kept : { ...kept, index }
+      const rule = kept.index === index ? kept : atPlace(kept, index)
       rules.push(rule)
       byRoute.set(route, rule)
       continue
@@ -217,6 +217,19 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
     yield* tieSteps(rules, problems)
   }
   return { rules, problems, byRoute }
+}
+
+/**
+ * A kept rule at another place: the compile's object literal again, its fields in the same order, so that a table with
+ * moved rules has one shape (V8 map) for the match to read, as a spread copy would not.
+ */
+function atPlace(r: CompiledRule, index: number): CompiledRule {
+  return {
+    id: r.id, index, path: r.path, segments: r.segments, rank: r.rank, params: r.params, claims: r.claims, claimHeaders: r.claimHeaders,
+    resource: r.resource, challenge: r.challenge, methods: r.methods, upstream: r.upstream, auth: r.auth, scopesAll: r.scopesAll,
+    scopesAny: r.scopesAny, impliedBy: r.impliedBy, maxBodySize: r.maxBodySize, cors: r.cors, mcp: r.mcp,
+    stripAuthorization: r.stripAuthorization, dpop: r.dpop, rateLimits: r.rateLimits, rateLimitHeaders: r.rateLimitHeaders,
+  }
 }
 
 /** The literal segments a pattern starts with, up to its first `*` or `**`: two equally ranked rules share a path only if these are equal. */

@@ -67,12 +67,14 @@ describe('a reload keeps the rules of the routes it did not change', () => {
         const fresh = compileRules(config(edited))
         expect(fresh.problems).toEqual([])
         expect(kept).toEqual(fresh.rules)
-        // Each unchanged route at its place keeps its very rule; one that moved has a copy with its place.
+        // Each unchanged route at its place keeps its very rule; one that moved has a copy with its place, its fields in
+        // the compile's order (one object shape for the match to read).
         for (const rule of kept) {
           const before = compiled.byRoute.get(edited[rule.index]!)
           if (before === undefined) continue
           if (before.index === rule.index) expect(rule).toBe(before)
           else expect(rule).toEqual({ ...before, index: rule.index })
+          expect(Object.keys(rule)).toEqual(Object.keys(fresh.rules[0]!))
         }
         const nextIndex = runAtOnce(RouteIndex.steps(kept, index))
         for (let n = 0; n < 400; n++) {
