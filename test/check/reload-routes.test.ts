@@ -68,4 +68,11 @@ describe('a reload hands unchanged routes back as the objects in service', () =>
     expect([...placesIn(keys, served)]).toEqual([1, 0, -1, 1])
     expect([...placesIn(keys, undefined)]).toEqual([-1, -1, -1, -1])
   })
+
+  it('numbers JSON would write alike (NaN, ±Infinity as null; -0 as 0) give other keys: YAML\'s .nan and .inf load as such', () => {
+    const condition = (equals: unknown) => ({ id: 'a', path: '/a/**', upstream: 'main', claims: { all: [{ claim: 'tenant', equals }] } })
+    const keys = routeKeys([NaN, Infinity, -Infinity, 0, -0, 'null'].map(condition) as never)
+    const distinct = new Set(Array.from({ length: 6 }, (_, i) => Buffer.from(keys.subarray(i * 32, (i + 1) * 32)).toString('hex')))
+    expect(distinct.size).toBe(6)
+  })
 })
