@@ -5,6 +5,7 @@
  * common, overlapping methods) are a config error, never a silent pick. A literal matches every
  * spelling an upstream decodes the same way (`:` and `%3A`, `%C3%A9` and `%c3%a9`).
  */
+import { createHash } from 'node:crypto'
 import { didYouMean } from '../config/suggest.js'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
@@ -102,11 +103,11 @@ const SLICE = 25
 
 /**
  * What a compiled rule depends on besides its own route: every key of the config but `routes` (its defaults, upstreams,
- * resources, scope hierarchy, rate limit policies, CORS, forwarding). Two configs with the same context compile an
- * equal route to an equal rule.
+ * resources, scope hierarchy, rate limit policies, CORS, forwarding), as the SHA-256 of its JSON (the config holds
+ * secrets; a digest is all the runtime keeps). Two configs with the same context compile an equal route to an equal rule.
  */
 export function ruleContext(config: GatewayConfig): string {
-  return JSON.stringify({ ...config, routes: undefined })
+  return createHash('sha256').update(JSON.stringify({ ...config, routes: undefined })).digest('base64')
 }
 
 /**
@@ -154,7 +155,8 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
     const earlier = ids.get(route.id)
     if (earlier !== undefined) problems.push({ path: ['routes', index, 'id'], message: `duplicate route id (also routes[${earlier}])` })
     ids.set(route.id, index)
-    const kept = reuse?.get(route)
+    // Only a frozen route (a loaded one is frozen through: check/load.ts) is sure to be what its rule was compiled from.
+    const kept = Object.isFrozen(route) ? reuse?.get(route) : undefined
     if (kept !== undefined) {
       // Where it stands decides ties in specificity (compareRules): a route that moved gets a copy at its place.
       const rule = kept.index === index ? kept : atPlace(kept, index)

@@ -106,6 +106,15 @@ describe('a reload keeps the rules of the routes it did not change', () => {
     for (const rule of kept) expect(rules).not.toContain(rule)
   })
 
+  it('a route object that is not frozen is compiled again: it may have changed since its rule was made', () => {
+    const open = { id: 'm', path: '/m/**', upstream: 'main' } as { id: string; path: string; upstream: string }
+    const first = compileRules(config([open as RouteConfig]))
+    open.path = '/changed/**'
+    const [rule] = rebuilt(first.byRoute, [open as RouteConfig]).rules
+    expect(rule!.path).toBe('/changed/**')
+    expect(rule).not.toBe(first.rules[0])
+  })
+
   it('the index keeps its tree only while every position files the same prefix: a changed path is found at once', () => {
     const routes = Array.from({ length: 40 }, (_, i) => Object.freeze({ id: `p${i}`, path: `/svc-${i}/items/**`, upstream: 'main' }) as RouteConfig)
     const compiled = compileRules(config(routes))
