@@ -4,7 +4,9 @@
  * removed from every client request), and each issuer's mapping.
  */
 import type { GatewayConfig } from '../config/schema.js'
-import { routeClaimPaths, type CompiledRule } from './compile.js'
+import type { CompiledRule } from './compile.js'
+import { conditionPaths } from '../claims/conditions.js'
+import { mcpClaimPaths } from '../mcp/compile.js'
 import type { Problem } from '../common/problem.js'
 import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
 import { compileIssuerClaims } from '../claims/issuer.js'
@@ -41,4 +43,15 @@ export function compileClaimPlan(config: GatewayConfig, rules: readonly Compiled
   // A resource's routes take only tokens issued for it (RFC 9728, `resources[]`): they read `aud`.
   if (rules.some((rule) => rule.resource !== null)) kept.add('aud')
   return { kept: [...kept].sort(), headerNames: [...names].sort(), byIssuer }
+}
+
+/** Every claim path the routes read (conditions and claim headers); nothing made for a route that reads none. */
+function routeClaimPaths(rules: readonly CompiledRule[]): ClaimPath[] {
+  const paths: ClaimPath[] = []
+  for (const rule of rules) {
+    if (rule.claims !== null) paths.push(...conditionPaths(rule.claims))
+    if (rule.claimHeaders !== null) for (const header of rule.claimHeaders) paths.push(header.path)
+    if (rule.mcp !== null) paths.push(...mcpClaimPaths(rule.mcp))
+  }
+  return paths
 }

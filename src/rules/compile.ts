@@ -9,14 +9,13 @@ import { createHash } from 'node:crypto'
 import { didYouMean } from '../config/suggest.js'
 import type { GatewayConfig, RouteConfig } from '../config/schema.js'
 import { parseSize } from '../config/units.js'
-import { compileConditions, conditionPaths, type CompiledConditions, type ParamPosition } from '../claims/conditions.js'
+import { compileConditions, type CompiledConditions, type ParamPosition } from '../claims/conditions.js'
 import type { Problem } from '../common/problem.js'
 import { runAtOnce, sortSteps, type Steps } from '../common/slices.js'
 import { claimHeaderReserved, compileClaimHeaders, type ClaimHeader } from '../claims/headers.js'
-import type { ClaimPath } from '../claims/path.js'
 import { compileResources, type CompiledResource } from '../resources/metadata.js'
 import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js'
-import { compileMcp, mcpClaimPaths, type CompiledMcp } from '../mcp/compile.js'
+import { compileMcp, type CompiledMcp } from '../mcp/compile.js'
 import { compileScopeImplies, type ImpliedBy } from '../authz/hierarchy.js'
 import type { ResourceChallenge } from '../errors/render.js'
 import { compileRateLimits, type CompiledPolicy } from '../ratelimit/policy.js'
@@ -87,6 +86,8 @@ export interface CompiledRules {
   problems: Problem[]
   /** Each rule by the route it was compiled from: what the next reload may keep ({@link ReusableRules}). */
   byRoute: Map<RouteConfig, CompiledRule>
+  /** How many rules were kept from `reuse` rather than compiled. */
+  kept: number
 }
 
 const NO_SCOPES: readonly string[] = Object.freeze([])
@@ -149,6 +150,7 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
   const methodSets = new Map<string, ReadonlySet<string>>()
   const routes = config.routes
   const byRoute = new Map<RouteConfig, CompiledRule>()
+  let kept = 0
   for (let index = 0; index < routes.length; index++) {
     if (index > 0 && index % SLICE === 0) yield
     const route = routes[index]!
@@ -156,12 +158,13 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
     if (earlier !== undefined) problems.push({ path: ['routes', index, 'id'], message: `duplicate route id (also routes[${earlier}])` })
     ids.set(route.id, index)
     // Only a frozen route (a loaded one is frozen through: check/load.ts) is sure to be what its rule was compiled from.
-    const kept = Object.isFrozen(route) ? reuse?.get(route) : undefined
-    if (kept !== undefined) {
+    const previous = Object.isFrozen(route) ? reuse?.get(route) : undefined
+    if (previous !== undefined) {
       // Where it stands decides ties in specificity (compareRules): a route that moved gets a copy at its place.
-      const rule = kept.index === index ? kept : atPlace(kept, index)
+      const rule = previous.index === index ? previous : atPlace(previous, index)
       rules.push(rule)
       byRoute.set(route, rule)
+      kept++
       continue
     }
     // The path to a key of this route, for a problem (made only then, or for a section the route has).
@@ -218,7 +221,7 @@ export function* compileRuleSteps(config: GatewayConfig, { checkTies = true, reu
     yield
     yield* tieSteps(rules, problems)
   }
-  return { rules, problems, byRoute }
+  return { rules, problems, byRoute, kept }
 }
 
 /**
@@ -284,15 +287,4 @@ function reportTie(a: CompiledRule, b: CompiledRule, problems: Problem[]): void 
       ? `ties with routes[${earlier.index}] ("${earlier.id}"): same path shape and overlapping methods`
       : `ties with routes[${earlier.index}] ("${earlier.id}"): equally specific, both match some paths, overlapping methods`,
   })
-}
-
-/** Every claim path the routes read (conditions and claim headers); nothing made for a route that reads none. */
-export function routeClaimPaths(rules: readonly CompiledRule[]): ClaimPath[] {
-  const paths: ClaimPath[] = []
-  for (const rule of rules) {
-    if (rule.claims !== null) paths.push(...conditionPaths(rule.claims))
-    if (rule.claimHeaders !== null) for (const header of rule.claimHeaders) paths.push(header.path)
-    if (rule.mcp !== null) paths.push(...mcpClaimPaths(rule.mcp))
-  }
-  return paths
 }

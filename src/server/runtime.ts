@@ -119,7 +119,8 @@ function* runtimeSteps(config: GatewayConfig, deps: RuntimeDependencies, previou
   // depend on changed: a reload then builds only what it changed, and the young generation copies only that.
   const context = ruleContext(config)
   const reuse = previous?.source.ruleContext === context ? previous.source.rules : undefined
-  const { rules, byRoute } = yield* compileRuleSteps(config, { checkTies: false, reuse })
+  const { rules, byRoute, kept } = yield* compileRuleSteps(config, { checkTies: false, reuse })
+  if (previous) deps.log.debug({ routes: rules.length, kept }, 'route table rebuilt; rules of unchanged routes kept')
   const plan = compileClaimPlan(config, rules)
   yield
   const authn = authnSource(config, plan)

@@ -482,24 +482,33 @@ describe('signals (the compiled CLI)', () => {
   }, 60_000)
 
   it.runIf(process.platform === 'linux')('a reload through the loader thread keeps unchanged routes, and a change beside them reaches them: a route\'s own scopes, then a scope_implies for all (Linux: /proc)', async (context) => {
-    const { child, lines, base, many, port, token, file, upstream } = await servingAhead(context)
+    const { child, lines, base, many, port, token, file, upstream } = await servingAhead(context, { log: { level: 'debug' } })
     const reloads = () => lines.filter((line) => line.includes('"trigger":"SIGHUP"') && line.includes('"msg":"config reloaded"')).length
     const routes = many(1_200, 'a')
     const a5 = routes.findIndex((route) => route.id === 'a5')
     const writes = routes.map((route, i) => i === a5 ? { ...route, scopes: { all: ['orders:write'] } } : route)
 
+    // The table builds since line `from`, each with how many rules it kept: the first is the write's (the watch's reload
+    // or the SIGHUP's, whichever ran first; the other, of the same file, keeps every rule).
+    const builds = (from: number) => lines.slice(from).filter((line) => line.includes('rules of unchanged routes kept'))
+      .map((line) => JSON.parse(line) as { routes: number; kept: number })
+    let from = lines.length
     writeFileSync(file, stringify({ ...base, routes: writes }))
     child.kill('SIGHUP')
     await waitFor(() => reloads() === 1, 15_000)
+    // The routes of the start's config were keyed while serving: every rule but the changed one's is kept.
+    expect(builds(from)[0]).toEqual(expect.objectContaining({ routes: routes.length, kept: routes.length - 1 }))
     const reached = upstream.requests.length
     expect((await get(`http://127.0.0.1:${port}/a5/x`, token)).status).toBe(403)
     expect(upstream.requests.length).toBe(reached)
     expect((await get(`http://127.0.0.1:${port}/a7/x`, token)).status).toBe(200)
 
     // Every route as it is in service; what they depend on changed: orders:read now implies orders:write.
+    from = lines.length
     writeFileSync(file, stringify({ ...base, scope_implies: { 'orders:read': ['orders:write'] }, routes: writes }))
     child.kill('SIGHUP')
     await waitFor(() => reloads() === 2, 15_000)
+    expect(builds(from)[0]).toEqual(expect.objectContaining({ routes: routes.length, kept: 0 }))
     expect((await get(`http://127.0.0.1:${port}/a5/x`, token)).status).toBe(200)
     expect((await get(`http://127.0.0.1:${port}/a1199/x`, token)).status).toBe(200)
   }, 60_000)

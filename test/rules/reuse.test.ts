@@ -67,6 +67,8 @@ describe('a reload keeps the rules of the routes it did not change', () => {
         const fresh = compileRules(config(edited))
         expect(fresh.problems).toEqual([])
         expect(kept).toEqual(fresh.rules)
+        expect(built.kept).toBe(edited.filter((route) => compiled.byRoute.has(route)).length)
+        expect(built.kept).toBeGreaterThanOrEqual(edited.length - 2)
         // Each unchanged route at its place keeps its very rule; one that moved has a copy with its place, its fields in
         // the compile's order (one object shape for the match to read).
         for (const rule of kept) {
