@@ -64,7 +64,10 @@ export function placesIn(keys: Uint8Array, served: Uint8Array | undefined): Int3
   if (served === undefined) return places
   const key = (bytes: Uint8Array, i: number) => Buffer.from(bytes.buffer, bytes.byteOffset + i * KEY_BYTES, KEY_BYTES).toString('latin1')
   const byKey = new Map<string, number>()
-  for (let i = 0; i < served.length / KEY_BYTES; i++) if (!byKey.has(key(served, i))) byKey.set(key(served, i), i)
+  for (let i = 0; i < served.length / KEY_BYTES; i++) {
+    const k = key(served, i)
+    if (!byKey.has(k)) byKey.set(k, i)
+  }
   for (let i = 0; i < places.length; i++) places[i] = byKey.get(key(keys, i)) ?? -1
   return places
 }

@@ -6,7 +6,7 @@
  * them in pieces: 10,000 routes in one message take tens of milliseconds to copy in.
  */
 import { setPriority } from 'node:os'
-import { parentPort, workerData } from 'node:worker_threads'
+import { parentPort, workerData, type TransferListItem } from 'node:worker_threads'
 import { ConfigError, loadConfig } from './load.js'
 import { placesIn, reloadFile, UnreadableConfig, type Answer, type LoadJob, type RoutesPiece } from './load-off-thread.js'
 import { collectAll } from '../common/young-collection.js'
@@ -21,7 +21,7 @@ const ROUTES_PER_MESSAGE = 200
 // rather than a seventieth (CFS weights 110 and 15 against 1024).
 try { setPriority(10) } catch { /* not permitted here: the load runs at the process's priority */ }
 
-const answer = (value: Answer) => parentPort!.postMessage(value)
+const answer = (value: Answer, transfer: TransferListItem[] = []) => parentPort!.postMessage(value, transfer)
 
 /** One load, then the thread is ended by its owner: the memory the parse took goes with it (a file unchanged: no load). */
 function load({ fileName, env, served, servedKeys, routesPort }: LoadJob): void {
@@ -43,7 +43,7 @@ function load({ fileName, env, served, servedKeys, routesPort }: LoadJob): void 
       for (let i = at; i < Math.min(at + ROUTES_PER_MESSAGE, routes.length); i++) piece.push(places[i]! >= 0 ? places[i]! : routes[i]!)
       routesPort.postMessage(piece)
     }
-    parentPort!.postMessage({ ok: true, digest, config: { ...rest, routes: [] }, pieces, keys } satisfies Answer, [keys.buffer as ArrayBuffer])
+    answer({ ok: true, digest, config: { ...rest, routes: [] }, pieces, keys }, [keys.buffer as ArrayBuffer])
   } catch (error) {
     if (error instanceof UnreadableConfig) answer({ ok: false, unreadable: error.message })
     else if (error instanceof ConfigError) answer({ ok: false, fileName: error.fileName, issues: error.issues })
